@@ -1,0 +1,3 @@
+from fsdplint.cli import main
+
+main(prog_name="fsdplint")

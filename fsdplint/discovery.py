@@ -1,0 +1,118 @@
+"""Which files a run checks.
+
+Directories are walked recursively, skipping VCS folders, virtual environments, build output,
+anything `.gitignore` ignores and anything `exclude` names. A file named on the command line is
+always checked, unless `--force-exclude` (what pre-commit passes) applies `exclude` to it too.
+`.gitignore` matching uses pathspec, which implements git's wildmatch rules exactly.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pathspec
+
+DEFAULT_EXCLUDES = [
+    ".git", ".hg", ".svn", ".bzr", ".venv", "venv", ".env", "env", "__pypackages__", ".tox", ".nox",
+    "build", "dist", "site-packages", "node_modules", ".mypy_cache", ".ruff_cache", ".pytest_cache",
+    "__pycache__", ".eggs", "*.egg-info", ".fsdplint_cache",
+]
+
+
+class DiscoveryError(Exception):
+    """A path on the command line that cannot be checked."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    path: Path
+    display: str
+
+
+def _spec(patterns: list[str]) -> pathspec.PathSpec:
+    return pathspec.PathSpec.from_lines("gitwildmatch", patterns)
+
+
+def _gitignore(folder: Path) -> pathspec.PathSpec | None:
+    file = folder / ".gitignore"
+    if file.is_file():
+        try:
+            return _spec(file.read_text(errors="replace").splitlines())
+        except OSError:
+            return None
+    return None
+
+
+def _display(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return str(path)
+
+
+def discover(paths: list[Path], exclude: list[str], project_root: Path, force_exclude: bool) -> list[Candidate]:
+    excluded = _spec(DEFAULT_EXCLUDES + exclude)
+
+    def is_excluded(path: Path) -> bool:
+        resolved = path.absolute()
+        try:
+            relative = resolved.relative_to(project_root).as_posix()
+        except ValueError:
+            relative = resolved.as_posix().lstrip("/")
+        name = path.name + ("/" if path.is_dir() else "")
+        return excluded.match_file(name) or excluded.match_file(relative + ("/" if path.is_dir() else ""))
+
+    found: dict[Path, Candidate] = {}
+    for given in paths:
+        if not given.exists() and not given.is_symlink():
+            raise DiscoveryError(f"{given}: no such file or directory")
+        if given.is_file() or (given.is_symlink() and not given.is_dir()):
+            if not (force_exclude and is_excluded(given)):
+                found.setdefault(given.absolute(), Candidate(given, _display(given)))
+            continue
+        if force_exclude and is_excluded(given):
+            continue
+        _walk(given, is_excluded, found)
+    return sorted(found.values(), key=lambda candidate: candidate.display)
+
+
+def _walk(root: Path, is_excluded, found: dict[Path, Candidate]) -> None:
+    seen_folders: set[tuple[int, int]] = set()
+    ignores: list[tuple[Path, pathspec.PathSpec]] = []
+
+    def ignored_by_git(path: Path, is_dir: bool) -> bool:
+        for base, spec in ignores:
+            try:
+                relative = path.relative_to(base).as_posix()
+            except ValueError:
+                continue
+            if spec.match_file(relative + ("/" if is_dir else "")):
+                return True
+        return False
+
+    for folder, dirnames, filenames in os.walk(root, followlinks=True):
+        here = Path(folder)
+        try:
+            stat = here.stat()
+        except OSError:
+            dirnames[:] = []
+            continue
+        if (stat.st_dev, stat.st_ino) in seen_folders:  # a symlink loop
+            dirnames[:] = []
+            continue
+        seen_folders.add((stat.st_dev, stat.st_ino))
+        spec = _gitignore(here)
+        if spec is not None:
+            ignores.append((here, spec))
+        dirnames[:] = sorted(
+            name for name in dirnames if not is_excluded(here / name) and not ignored_by_git(here / name, True)
+        )
+        for name in filenames:
+            if not name.endswith((".py", ".pyi")):
+                continue
+            path = here / name
+            if is_excluded(path) or ignored_by_git(path, False):
+                continue
+            found.setdefault(path.absolute(), Candidate(path, _display(path)))

@@ -1,0 +1,302 @@
+"""The pipeline: read -> text prefilter -> parse -> one semantic model -> rules -> diagnostics -> fixes.
+
+Nothing here imports libcst at module level: a run in which no file holds a trigger token never pays
+for it.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import re
+import traceback
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
+
+from fsdplint.config import Settings
+from fsdplint.noqa import OUR_PREFIX, Suppressions, parse_suppressions
+from fsdplint.rule import Finding, Rule, RuleSet, Severity
+from fsdplint.source import SourceError, SourceFile, read_source
+
+if TYPE_CHECKING:
+    from fsdplint.discovery import Candidate
+    from fsdplint.fixes import Fix
+    from fsdplint.model import FileModel
+
+MAX_FIX_PASSES = 10
+ALWAYS_ON = {"FSDP001", "FSDP002", "FSDP009"}  # a file that was not checked is always said
+
+
+@dataclass(eq=False)
+class Diagnostic:
+    path: str
+    line: int  # 1-based
+    column: int  # 1-based
+    end_line: int
+    end_column: int
+    code: str
+    name: str
+    message: str
+    severity: Severity
+    fix: Fix | None = None
+    source_line: str = ""
+    file: FileModel | None = field(default=None, repr=False)
+
+    @property
+    def fix_applicability(self) -> str | None:
+        if self.fix is None:
+            return None
+        return "safe" if self.fix.safe else "unsafe"
+
+    def sort_key(self) -> tuple:
+        return (self.path, self.line, self.column, self.code)
+
+
+@dataclass
+class Result:
+    diagnostics: list[Diagnostic]
+    sources: dict[str, SourceFile]  # by display path, as they are after any fix
+    original: dict[str, SourceFile]
+    files_read: int = 0
+    files_parsed: int = 0
+    fixes_applied: int = 0
+
+    def changed(self) -> list[tuple[SourceFile, SourceFile]]:
+        return [(self.original[path], source) for path, source in self.sources.items() if source.text != self.original[path].text]
+
+    @property
+    def internal_error(self) -> bool:
+        return any(d.code == "FSDP009" for d in self.diagnostics)
+
+
+class Engine:
+    def __init__(self, ruleset: RuleSet, selected: list[type[Rule]], settings: Settings) -> None:
+        self.ruleset = ruleset
+        self.settings = settings
+        self.selected_codes = {rule.code for rule in selected} | ALWAYS_ON
+        self.rules = [rule() for rule in selected if not rule.engine_only]
+        self.triggers = tuple(sorted({token for rule in self.rules for token in rule.trigger_tokens}))
+        self._per_file_ignores = [
+            (pattern, {rule.code for selector in codes for rule in ruleset.expand(selector)})
+            for pattern, codes in settings.per_file_ignores.items()
+        ]
+
+    # reading
+
+    def read(self, candidates: Iterable[Candidate], stdin: SourceFile | None = None) -> tuple[dict[str, SourceFile], list[Diagnostic]]:
+        sources: dict[str, SourceFile] = {}
+        problems: list[Diagnostic] = []
+        if stdin is not None:
+            sources[stdin.display] = stdin
+        for candidate in candidates:
+            try:
+                sources[candidate.display] = read_source(candidate.path, candidate.display)
+            except SourceError as error:
+                problems.append(self._file_problem(candidate.display, "FSDP002", str(error)))
+        return sources, problems
+
+    def _file_problem(self, path: str, code: str, message: str, line: int = 1, column: int = 1) -> Diagnostic:
+        rule = self.ruleset.by_code[code]
+        return Diagnostic(path, line, column, line, column, code, rule.name, message, rule.severity)
+
+    # checking
+
+    def check(self, sources: dict[str, SourceFile], problems: list[Diagnostic], fix: bool = False, unsafe_fixes: bool = False) -> Result:
+        result = Result(diagnostics=[], sources=dict(sources), original=dict(sources), files_read=len(sources) + len(problems))
+        failed_fixes: list[Diagnostic] = []
+        dropped: set[tuple[str, str, int, int]] = set()
+        for _ in range(MAX_FIX_PASSES if fix else 1):
+            diagnostics, parsed = self._analyze(result.sources)
+            result.files_parsed = max(result.files_parsed, parsed)
+            result.diagnostics = diagnostics
+            if not fix:
+                break
+            applied = self._apply_fixes(result, diagnostics, unsafe_fixes, dropped, failed_fixes)
+            if not applied:
+                break
+            result.fixes_applied += applied
+        result.diagnostics = sorted(problems + result.diagnostics + failed_fixes, key=Diagnostic.sort_key)
+        return result
+
+    def _analyze(self, sources: dict[str, SourceFile]) -> tuple[list[Diagnostic], int]:
+        to_parse = [path for path, source in sources.items() if any(token in source.text for token in self.triggers)]
+        diagnostics: list[Diagnostic] = []
+        models: dict[str, FileModel] = {}
+        if to_parse:
+            models, syntax_errors = self._parse(sources, to_parse)
+            diagnostics += syntax_errors
+            # Files with no trigger token that call functions the parsed files define (a trainer
+            # calling its parallelize function) join the model too.
+            callers = self._callers_of(models, sources, set(to_parse))
+            more, syntax_errors = self._parse(sources, callers)
+            models.update(more)
+            diagnostics += syntax_errors
+        findings = self._run_rules(list(models.values()), diagnostics) if models else []
+        diagnostics += self._to_diagnostics(findings)
+        diagnostics = self._suppress(sources, diagnostics)
+        return diagnostics, len(models)
+
+    def _parse(self, sources: dict[str, SourceFile], paths: list[str]) -> tuple[dict[str, FileModel], list[Diagnostic]]:
+        import libcst as cst
+
+        from fsdplint.model import build_file_model
+
+        models: dict[str, FileModel] = {}
+        errors: list[Diagnostic] = []
+        for path in paths:
+            source = sources[path]
+            try:
+                module = cst.parse_module(source.text)
+            except cst.ParserSyntaxError as error:
+                errors.append(self._file_problem(path, "FSDP001", f"SyntaxError: {error.message}", error.raw_line, error.raw_column + 1))
+                continue
+            except RecursionError:
+                errors.append(self._file_problem(path, "FSDP001", "the file is nested too deeply to parse"))
+                continue
+            try:
+                models[path] = build_file_model(source, module)
+            except RecursionError:
+                errors.append(self._file_problem(path, "FSDP001", "the file is nested too deeply to analyze"))
+        return models, errors
+
+    def _callers_of(self, models: dict[str, FileModel], sources: dict[str, SourceFile], parsed: set[str]) -> list[str]:
+        names = sorted({
+            function.name
+            for model in models.values()
+            for function in model.functions.values()
+            if function.class_name is None and any(token in model.code(function.node) for token in self.triggers)
+        })
+        if not names:
+            return []
+        pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, names)) + r")\s*\(")
+        return [path for path, source in sources.items() if path not in parsed and pattern.search(source.text)]
+
+    def _run_rules(self, files: list[FileModel], diagnostics: list[Diagnostic]) -> list[Finding]:
+        from fsdplint.model import Program
+
+        program = Program(files)
+        findings: list[Finding] = []
+        for rule in self.rules:
+            try:
+                for finding in rule.check(program):
+                    finding.rule_code = rule.code
+                    findings.append(finding)
+            except Exception as error:  # one broken rule must not hide the others' findings
+                frame = traceback.extract_tb(error.__traceback__)[-1]
+                diagnostics.append(self._file_problem(
+                    files[0].display, "FSDP009",
+                    f"{rule.code} failed: {type(error).__name__}: {error} (at {Path(frame.filename).name}:{frame.lineno})",
+                ))
+        return findings
+
+    def _to_diagnostics(self, findings: list[Finding]) -> list[Diagnostic]:
+        diagnostics: dict[tuple, Diagnostic] = {}
+        rule_of = {}
+        for finding in findings:
+            rule = rule_of.get(finding.rule_code) or self.ruleset.by_code[finding.rule_code]
+            rule_of[finding.rule_code] = rule
+            position = finding.file.position(finding.node)
+            key = (finding.file.display, position.start.line, position.start.column, rule.code)
+            if key in diagnostics:
+                continue
+            lines = finding.file.source.text.splitlines()
+            diagnostics[key] = Diagnostic(
+                path=finding.file.display,
+                line=position.start.line,
+                column=position.start.column + 1,
+                end_line=position.end.line,
+                end_column=position.end.column + 1,
+                code=rule.code,
+                name=rule.name,
+                message=finding.message,
+                severity=finding.severity or rule.severity,
+                fix=finding.fix,
+                source_line=lines[position.start.line - 1] if position.start.line <= len(lines) else "",
+                file=finding.file,
+            )
+        return list(diagnostics.values())
+
+    def _ignored_by_path(self, path: str) -> set[str]:
+        ignored: set[str] = set()
+        posix = Path(path).as_posix()
+        for pattern, codes in self._per_file_ignores:
+            if fnmatch.fnmatch(posix, pattern) or fnmatch.fnmatch(Path(path).name, pattern):
+                ignored |= codes
+        return ignored
+
+    def _suppress(self, sources: dict[str, SourceFile], diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+        """Apply selection, per-file-ignores and `# noqa`; report noqa comments that do nothing."""
+        by_path: dict[str, list[Diagnostic]] = {}
+        for diagnostic in diagnostics:
+            by_path.setdefault(diagnostic.path, []).append(diagnostic)
+        kept: list[Diagnostic] = []
+        for path, source in sources.items():
+            suppressions = parse_suppressions(source.text)
+            ignored = self._ignored_by_path(path)
+            for diagnostic in by_path.get(path, []):
+                if diagnostic.code not in self.selected_codes or diagnostic.code in ignored:
+                    continue
+                if diagnostic.code not in ALWAYS_ON and suppressions.suppress(diagnostic.code, diagnostic.line):
+                    continue
+                kept.append(diagnostic)
+            kept += self._noqa_problems(path, suppressions, ignored)
+        return kept
+
+    def _noqa_problems(self, path: str, suppressions: Suppressions, ignored: set[str]) -> list[Diagnostic]:
+        problems: list[Diagnostic] = []
+        for directive in suppressions.lines.values():
+            ours = [code for code in directive.codes or () if code.startswith(OUR_PREFIX)]
+            unknown = [code for code in ours if code not in self.ruleset.by_code]
+            if unknown and "FSDP004" in self.selected_codes and "FSDP004" not in ignored:
+                problems.append(self._file_problem(path, "FSDP004", f"Unknown fsdplint code in `# noqa`: {', '.join(unknown)}", directive.line, directive.column))
+            checked = [code for code in ours if code in self.selected_codes and code not in unknown]
+            if checked and not directive.used.intersection(checked) and "FSDP003" in self.selected_codes and "FSDP003" not in ignored:
+                problems.append(self._file_problem(path, "FSDP003", f"Unused `# noqa` directive (nothing to suppress: {', '.join(checked)})", directive.line, directive.column))
+        return problems
+
+    # fixing
+
+    def _apply_fixes(self, result: Result, diagnostics: list[Diagnostic], unsafe_fixes: bool, dropped: set, failed: list[Diagnostic]) -> int:
+        from fsdplint.fixes import apply_fixes
+
+        applied = 0
+        by_file: dict[str, list[Diagnostic]] = {}
+        for diagnostic in diagnostics:
+            key = (diagnostic.path, diagnostic.code, diagnostic.line, diagnostic.column)
+            if diagnostic.fix and (diagnostic.fix.safe or unsafe_fixes) and key not in dropped:
+                by_file.setdefault(diagnostic.path, []).append(diagnostic)
+        for path, fixable in by_file.items():
+            model = fixable[0].file
+            chosen: list[Diagnostic] = []
+            touched: set[int] = set()
+            for diagnostic in fixable:
+                nodes = diagnostic.fix.nodes()
+                if not nodes & touched:  # a conflicting fix waits for the next pass
+                    chosen.append(diagnostic)
+                    touched |= nodes
+            text = apply_fixes(model, [d.fix for d in chosen])
+            if not _parses(text):
+                # Keep the fixes that parse on their own; drop and report the others.
+                good = []
+                for diagnostic in chosen:
+                    if _parses(apply_fixes(model, [d.fix for d in good + [diagnostic]])):
+                        good.append(diagnostic)
+                    else:
+                        dropped.add((diagnostic.path, diagnostic.code, diagnostic.line, diagnostic.column))
+                        failed.append(replace(diagnostic, code="FSDP005", name=self.ruleset.by_code["FSDP005"].name, severity=Severity.ERROR, fix=None,
+                                              message=f"The fix for {diagnostic.code} was dropped: its output would not parse"))
+                chosen = good
+                text = apply_fixes(model, [d.fix for d in chosen])
+            if chosen and text != result.sources[path].text:
+                result.sources[path] = replace(result.sources[path], text=text)
+                applied += len(chosen)
+        return applied
+
+
+def _parses(text: str) -> bool:
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True

@@ -1,0 +1,71 @@
+"""`# noqa` comments: which codes each line suppresses, and which file-wide exemptions exist.
+
+Comments are found with the tokenizer, so a `# noqa` inside a string is not one. Codes of other
+tools (`# noqa: E501`) are left alone; only codes that look like ours are checked for being known.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from dataclasses import dataclass, field
+
+_LINE_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*))?", re.I)
+_FILE_NOQA = re.compile(r"^#\s*fsdplint:\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*))?", re.I)
+OUR_PREFIX = "FSDP"
+
+
+@dataclass
+class NoqaDirective:
+    line: int
+    column: int  # 1-based column of the `#`
+    codes: tuple[str, ...] | None  # None: a bare `# noqa`, suppressing everything
+    used: set[str] = field(default_factory=set)
+
+    def suppresses(self, code: str) -> bool:
+        return self.codes is None or code in self.codes
+
+
+@dataclass
+class Suppressions:
+    lines: dict[int, NoqaDirective] = field(default_factory=dict)
+    file_codes: set[str] = field(default_factory=set)
+    file_all: bool = False
+
+    def suppress(self, code: str, line: int) -> bool:
+        if self.file_all or code in self.file_codes:
+            return True
+        directive = self.lines.get(line)
+        if directive and directive.suppresses(code):
+            directive.used.add(code)
+            return True
+        return False
+
+
+def _codes(text: str | None) -> tuple[str, ...] | None:
+    return tuple(code.upper() for code in re.split(r"[\s,]+", text.strip())) if text else None
+
+
+def parse_suppressions(text: str) -> Suppressions:
+    suppressions = Suppressions()
+    if "noqa" not in text.lower():
+        return suppressions
+    try:
+        tokens = [token for token in tokenize.generate_tokens(io.StringIO(text).readline) if token.type == tokenize.COMMENT]
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return suppressions  # the file does not tokenize: the syntax error is reported instead
+    for token in tokens:
+        line, column = token.start
+        whole = _FILE_NOQA.match(token.string)
+        if whole and token.line[:column].strip() == "":
+            codes = _codes(whole.group("codes"))
+            if codes is None:
+                suppressions.file_all = True
+            else:
+                suppressions.file_codes.update(codes)
+            continue
+        match = _LINE_NOQA.search(token.string)
+        if match:
+            suppressions.lines[line] = NoqaDirective(line, column + 1 + match.start(), _codes(match.group("codes")))
+    return suppressions

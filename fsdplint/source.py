@@ -1,0 +1,90 @@
+"""Reading a file exactly as it is and writing it back without losing a byte.
+
+The text is decoded the way Python itself decodes a source file (BOM, then PEP 263 coding cookie,
+then UTF-8), with no newline translation, so that a fix can be encoded back to the same bytes
+everywhere it did not change.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import os
+import tempfile
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class SourceError(Exception):
+    """A file that cannot be read as Python source; the message says why."""
+
+
+@dataclass
+class SourceFile:
+    path: Path
+    display: str  # the path as the user should see it
+    text: str
+    encoding: str
+    bom: bool
+
+    @property
+    def newline(self) -> str:
+        """The file's first line ending: what inserted lines use."""
+        for ending in ("\r\n", "\n", "\r"):
+            index = self.text.find(ending)
+            if index != -1 and not (ending == "\n" and index > 0 and self.text[index - 1] == "\r"):
+                return ending
+        return "\n"
+
+    def encode(self, text: str) -> bytes:
+        data = text.encode(self.encoding)
+        return codecs.BOM_UTF8 + data if self.bom else data
+
+
+def decode_source(data: bytes, path: Path, display: str) -> SourceFile:
+    if b"\x00" in data:
+        raise SourceError("binary file (contains NUL bytes), not Python source")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as error:
+        raise SourceError(f"cannot decode: {error}") from None
+    bom = data.startswith(codecs.BOM_UTF8)
+    if encoding == "utf-8-sig":
+        encoding = "utf-8"
+    body = data[len(codecs.BOM_UTF8):] if bom else data
+    try:
+        text = body.decode(encoding)
+    except (UnicodeDecodeError, LookupError) as error:
+        raise SourceError(f"not valid {encoding}: {error}") from None
+    return SourceFile(path=path, display=display, text=text, encoding=encoding, bom=bom)
+
+
+def read_source(path: Path, display: str) -> SourceFile:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise SourceError(f"cannot read: {error.strerror or error}") from None
+    return decode_source(data, path, display)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Temp file in the same folder, fsync, keep the permission bits, then rename over the original.
+
+    A crash at any point leaves either the original or the new file, never a torn one.
+    """
+    mode = path.stat().st_mode & 0o7777
+    descriptor, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".fsdplint.tmp", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp_name, mode)
+        os.replace(temp_name, path)
+    except BaseException:
+        try:
+            os.unlink(temp_name)
+        except FileNotFoundError:
+            pass
+        raise

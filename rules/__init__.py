@@ -1,0 +1,1 @@
+"""One module per rule; each defines one `fsdplint.rule.Rule` subclass (installed as `fsdplint.rules`)."""

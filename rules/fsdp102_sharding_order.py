@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+from typing import Iterable
+
+from fsdplint.rule import Finding, FixAvailability, Rule, Severity
+
+
+class ShardingOrder(Rule):
+    """
+    ## What it does
+    Finds `fully_shard` applied top-down (the root before its blocks), and blocks sharded while
+    the root is never sharded.
+
+    ## Why is this bad?
+    `fully_shard` must be applied bottom-up. Sharding a block after its root fails with
+    `TypeError: Invariant encountered: value was None when it should not be` (or `RuntimeError:
+    Cannot concatenate overlapping meshes` with a named mesh). Sharding the blocks but never the
+    root leaves the root's own parameters (embeddings, final norm, output layer) as plain tensors
+    whose gradients are never reduced: the ranks silently diverge after the first step.
+
+    ## Example
+    ```python
+    fully_shard(model)
+    for block in model.layers:
+        fully_shard(block)
+    ```
+
+    ## Use instead
+    ```python
+    for block in model.layers:
+        fully_shard(block)
+    fully_shard(model)
+    ```
+
+    ## Fix safety
+    Unsafe: the fix moves `fully_shard(model)` after the last block's sharding, or adds it there
+    when it is missing (with the mesh and policies of the blocks' call). Moving a statement can
+    change what the code between sees, so it needs `--unsafe-fixes`.
+
+    ## References
+    - [fully_shard](https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html)
+    """
+
+    code = "FSDP102"
+    name = "sharding-order"
+    summary = "`fully_shard` applied top-down, or blocks sharded but never the root"
+    severity = Severity.ERROR
+    fix_availability = FixAvailability.UNSAFE
+
+    def check(self, program) -> Iterable[Finding]:
+        for flow in program.flows:
+            yield from self._top_down(flow)
+            if flow.is_entry:
+                yield from self._root_never_sharded(flow)
+
+    def _top_down(self, flow) -> Iterable[Finding]:
+        from fsdplint.fixes import Fix, MoveAfter
+        from fsdplint.rulekit import anchor_in_block, code, is_simple_statement, via, where
+
+        shards = list(flow.shard_events(fsdp=2))
+        for root_event in shards:
+            roots = [t for t in root_event.targets if not t.is_submodule]
+            for root in roots:
+                late = [e for e in shards if e.index > root_event.index and any(t.root == root.root and t.is_submodule for t in e.targets)]
+                if not late:
+                    continue
+                anchor = anchor_in_block(root_event, late[-1])
+                fix = None
+                if anchor is not None and anchor is not root_event.statement and is_simple_statement(root_event.statement):
+                    fix = Fix("Move the root's `fully_shard` after its blocks'", safe=False,
+                              operations=[MoveAfter(root_event.statement, anchor)])
+                for event in late:
+                    yield Finding(event.file, event.node,
+                                  f"`{code(event, event.node.args[0].value)}` is sharded after its root "
+                                  f"(sharded at {where(root_event)}){via(event)}: apply `fully_shard` bottom-up", fix)
+
+    def _root_never_sharded(self, flow) -> Iterable[Finding]:
+        from fsdplint.fixes import Fix, InsertAfter, parse_statements
+        from fsdplint.model import Ref
+        from fsdplint.rulekit import code, local_name, statement_after_loops, via
+
+        shards = list(flow.shard_events(fsdp=2))
+        roots = {Ref(t.root) for e in shards for t in e.targets if t.is_submodule}
+        for root in roots:
+            if not flow.has_local_provenance(root) or flow.returned.ref and flow.returned.ref.root == root.root:
+                continue
+            if any(t == root for e in flow.shard_events() for t in e.targets):
+                continue
+            block_shards = [e for e in shards if any(t.root == root.root and t.is_submodule for t in e.targets)]
+            last = block_shards[-1]
+            if flow.escapes(root, last.index):
+                continue  # handed afterwards to code this run cannot see, which may shard it
+            name = local_name(flow, root)
+            anchor = statement_after_loops(block_shards) if name else None
+            fix = None
+            if anchor is not None:
+                call = last.node
+                keywords = "".join(f", {code(last, arg)}" for arg in call.args if arg.keyword and arg.keyword.value != "reshard_after_forward")
+                statement = parse_statements(last.file, f"{code(last, call.func)}({name}{keywords})\n")
+                fix = Fix(f"Shard the root: `fully_shard({name})` after its blocks", safe=False,
+                          operations=[InsertAfter(anchor, statement)])
+            yield Finding(last.file, last.node,
+                          f"blocks of `{name or root.root}` are sharded but `{name or root.root}` itself never is{via(last)}: "
+                          f"its own parameters stay plain tensors whose gradients are never reduced", fix)

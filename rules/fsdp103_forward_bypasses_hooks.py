@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+from typing import Iterable
+
+from fsdplint.rule import Finding, FixAvailability, Rule, Severity
+
+_BYPASSING_METHODS = ("forward", "generate")
+
+
+class ForwardBypassesHooks(Rule):
+    """
+    ## What it does
+    Finds `model.forward(x)` (and `model.generate(...)`) on a module sharded with `fully_shard`.
+
+    ## Why is this bad?
+    FSDP2 all-gathers a module's parameters in a hook that `nn.Module.__call__` runs before
+    `forward`. Calling `forward` directly skips it: the parameters are still sharded DTensors and
+    the first operation fails with `RuntimeError: aten.addmm.default got mixed torch.Tensor and
+    DTensor, need to convert all torch.Tensor to DTensor before calling distributed operators!`.
+    Calling `unshard()` first makes it run, but the gradients of the root are then never reduced.
+    The same holds for any other method that runs the forward computation, such as `generate`.
+
+    ## Example
+    ```python
+    fully_shard(model)
+    loss = model.forward(x).sum()
+    ```
+
+    ## Use instead
+    ```python
+    fully_shard(model)
+    loss = model(x).sum()
+    ```
+    For another method, register it after sharding so that it runs the hooks:
+    `register_fsdp_forward_method(model, "generate")`.
+
+    ## Fix safety
+    The fix for `forward` is safe: `model(x)` runs the same `forward` with FSDP's hooks around it.
+    `generate` has no automatic fix.
+
+    ## References
+    - [fully_shard](https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html)
+    - [FSDP2 tutorial](https://pytorch.org/tutorials/intermediate/FSDP_tutorial.html)
+    """
+
+    code = "FSDP103"
+    name = "forward-bypasses-hooks"
+    summary = "`forward` called directly on a sharded module skips FSDP's hooks"
+    severity = Severity.ERROR
+    fix_availability = FixAvailability.SAFE
+
+    def check(self, program) -> Iterable[Finding]:
+        from fsdplint.fixes import Fix, Replace
+        from fsdplint.model import CALL, METHOD
+        from fsdplint.rulekit import code, via, where
+
+        for flow in program.flows:
+            registered = {
+                (event.args[0].ref, event.node.args[1].value.evaluated_value)
+                for event in flow.of_kind(CALL)
+                if (event.qname or "").endswith("register_fsdp_forward_method") and len(event.node.args) >= 2
+                and event.args and hasattr(event.node.args[1].value, "evaluated_value")
+            }
+            for event in flow.of_kind(METHOD):
+                if event.method not in _BYPASSING_METHODS or (event.target, event.method) in registered:
+                    continue
+                shard = flow.sharding_of(event.target, event.index, fsdp=2)
+                if shard is None:
+                    continue
+                receiver = code(event, event.node.func.value)
+                if event.method == "forward":
+                    fix = Fix(f"Call `{receiver}(...)` so the FSDP hooks run", safe=True,
+                              operations=[Replace(event.node, lambda call: call.with_changes(func=call.func.value))])
+                    yield Finding(event.file, event.node,
+                                  f"`{receiver}.forward(...)` skips FSDP2's hooks, so its parameters are never all-gathered "
+                                  f"(sharded at {where(shard)}){via(event)}; call `{receiver}(...)`", fix)
+                else:
+                    yield Finding(event.file, event.node,
+                                  f"`{receiver}.{event.method}(...)` runs the forward without FSDP2's hooks "
+                                  f"(sharded at {where(shard)}){via(event)}; call "
+                                  f"`register_fsdp_forward_method({receiver}, \"{event.method}\")` after sharding")

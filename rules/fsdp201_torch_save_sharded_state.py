@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from fsdplint.rule import Finding, FixAvailability, Rule, Severity
+
+_PER_RANK = re.compile(r"rank", re.I)
+_OPTIONS = "options=StateDictOptions(full_state_dict=True, cpu_offload=True)"
+
+
+class TorchSaveShardedState(Rule):
+    """
+    ## What it does
+    Finds `torch.save` of a state dict (of the model or of its optimizer) taken from a module
+    sharded with `fully_shard`.
+
+    ## Why is this bad?
+    The state dict of an FSDP2 module holds DTensors: each rank's file has the global shapes but
+    only that rank's shard of the data. A fresh process cannot use it: `torch.load` fails with
+    `UnpicklingError: Weights only load failed ... DTensor`, and with `weights_only=False`,
+    `.full_tensor()` fails with `Could not resolve the process group`. Saving under
+    `if rank == 0:` keeps only rank 0's shard.
+
+    A per-rank file (`f"ckpt_rank{rank}.pt"`) is deliberate, but it cannot be loaded on another
+    number of ranks: it is reported as a warning.
+
+    ## Example
+    ```python
+    torch.save(model.state_dict(), "model.pt")
+    ```
+
+    ## Use instead
+    ```python
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if torch.distributed.get_rank() == 0:
+        torch.save(state, "model.pt")
+    ```
+    or `torch.distributed.checkpoint.save({"model": model.state_dict()}, checkpoint_id=path)` on
+    every rank.
+
+    ## Fix safety
+    Unsafe: the fix gathers the full state dict on every rank (a collective, so every rank must
+    reach it) and writes the file on rank 0 only. It is offered only where the save is not already
+    under a condition, since a gather under `if rank == 0:` would hang.
+
+    ## References
+    - [Distributed state dict](https://pytorch.org/docs/stable/distributed.checkpoint.html)
+    - [FSDP2 tutorial: checkpointing](https://pytorch.org/tutorials/intermediate/FSDP_tutorial.html)
+    """
+
+    code = "FSDP201"
+    name = "torch-save-sharded-state"
+    summary = "`torch.save` of a sharded (DTensor) state dict"
+    severity = Severity.ERROR
+    fix_availability = FixAvailability.UNSAFE
+
+    def check(self, program) -> Iterable[Finding]:
+        from fsdplint.model import CALL
+        from fsdplint.rulekit import code, via, where
+
+        for flow in program.flows:
+            for event in flow.of_kind(CALL):
+                if event.qname != "torch.save" or not event.args:
+                    continue
+                sharded = [(module, shard) for module in sorted(event.args[0].params_of, key=str)
+                           if (shard := flow.sharding_of(module, event.index, fsdp=2)) is not None]
+                if not sharded:
+                    continue
+                path_text = code(event, event.node.args[1].value) if len(event.node.args) > 1 else ""
+                per_rank = bool(_PER_RANK.search(path_text))
+                what = code(event, event.node.args[0].value)
+                if per_rank:
+                    yield Finding(event.file, event.node,
+                                  f"`{what}` holds this rank's shards only (sharded at {where(sharded[0][1])}){via(event)}: the per-rank "
+                                  f"files cannot be loaded on another number of ranks; prefer `torch.distributed.checkpoint.save`",
+                                  severity=Severity.WARNING)
+                    continue
+                yield Finding(event.file, event.node,
+                              f"`{what}` holds DTensor shards (sharded at {where(sharded[0][1])}){via(event)}: the file has one rank's "
+                              f"shard and a fresh process cannot load it; gather with `get_model_state_dict(..., {_OPTIONS})` "
+                              f"and save on rank 0, or use `torch.distributed.checkpoint.save`", self._fix(flow, event))
+
+    @staticmethod
+    def _fix(flow, event):
+        import libcst as cst
+
+        from fsdplint.fixes import AddImport, Fix, Replace, parse_statements
+        from fsdplint.rulekit import code, is_simple_statement, local_name, unused_name
+
+        statement = event.statement
+        if any(isinstance(parent, cst.If) for parent in event.parents) or not is_simple_statement(statement):
+            return None
+        if not (isinstance(statement.body[0], cst.Expr) and statement.body[0].value is event.node):
+            return None
+        imports = event.file.imports
+        alias = next((name for name, target in imports.items() if target == "torch.distributed"), None)
+        rank = f"{alias}.get_rank()" if alias else "torch.distributed.get_rank()" if imports.get("torch") == "torch" else None
+        if rank is None:
+            return None
+        argument = event.node.args[0].value
+        calls = [element.value for element in argument.elements] if isinstance(argument, cst.Dict) else [argument]
+        gathers: list[tuple[str, str]] = []  # (variable, expression)
+        helpers: set[str] = {"StateDictOptions"}
+        for call in calls:
+            if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "state_dict" and not call.args):
+                return None
+            receiver = code(event, call.func.value)
+            flow_ref = None
+            for candidate in flow.optimizer_bindings:
+                if receiver == local_name(flow, candidate):
+                    flow_ref = candidate
+            if flow_ref is None:
+                gathers.append((unused_name(event.file, f"{receiver.replace('.', '_')}_state_dict"), f"get_model_state_dict({receiver}, {_OPTIONS})"))
+                helpers.add("get_model_state_dict")
+                continue
+            optimizer = next(e for e in flow.events if e.binding == flow_ref)
+            owners = [local_name(flow, m) for m in optimizer.params_of]
+            if len(owners) != 1 or owners[0] is None or len(event.chain) != 1:
+                return None
+            gathers.append((unused_name(event.file, f"{receiver.replace('.', '_')}_state_dict"), f"get_optimizer_state_dict({owners[0]}, {receiver}, {_OPTIONS})"))
+            helpers.add("get_optimizer_state_dict")
+        names = [variable for variable, _ in gathers]
+        if len(set(names)) != len(names):
+            return None
+
+        def rewrite(line: cst.SimpleStatementLine):
+            save = line.body[0].value
+            first = save.args[0].value
+            if isinstance(first, cst.Dict):
+                elements = [element.with_changes(value=cst.Name(name)) for element, name in zip(first.elements, names)]
+                first = first.with_changes(elements=elements)
+            else:
+                first = cst.Name(names[0])
+            saved = line.with_changes(body=[line.body[0].with_changes(value=save.with_changes(args=[save.args[0].with_changes(value=first), *save.args[1:]]))], leading_lines=[])
+            gathered = parse_statements(event.file, "".join(f"{variable} = {expression}\n" for variable, expression in gathers))
+            guard = parse_statements(event.file, f"if {rank} == 0:\n    pass\n")[0]
+            guard = guard.with_changes(body=guard.body.with_changes(body=[saved]))
+            gathered[0] = gathered[0].with_changes(leading_lines=line.leading_lines)
+            return cst.FlattenSentinel([*gathered, guard])
+
+        return Fix("Gather the full state dict on every rank and save it on rank 0", safe=False,
+                   operations=[Replace(statement, rewrite), AddImport("torch.distributed.checkpoint.state_dict", tuple(sorted(helpers)))])
