@@ -57,6 +57,7 @@ METHOD = "method"  # target.method(...)
 CALL_VALUE = "call_value"  # target(...): a forward when target is a module
 CALL = "call"  # a call of something that is not a local value: qname(args)
 META = "meta"  # target was built on the meta device
+ASSIGN = "assign"  # `target = ...` where target is an attribute (`model.tok_embeddings = new`)
 
 
 def canonical(qname: str) -> str:
@@ -104,6 +105,7 @@ class Value:
     params_of: frozenset[Ref] = frozenset()  # parameters of these modules flow into the value
     iterates: Ref | None = None  # iterating the value yields sub-modules of this ref
     event: Event | None = None  # the event that produced the value
+    elements: tuple[Value, ...] | None = None  # a tuple or list literal, element by element
 
 
 @dataclass
@@ -270,6 +272,10 @@ class Flow:
         self.assigned_roots: set[str] = set()
         self.optimizer_bindings: set[Ref] = set()
         self.returned = Value()
+        # root -> qualified name of the call that built it (`torch.nn.Linear`)
+        self.constructed: dict[str, str] = {}
+        # root -> roots of the values it was computed from (`module = get_module(model, path)`)
+        self.derived_from: dict[str, set[str]] = {}
 
     @property
     def is_entry(self) -> bool:
@@ -469,8 +475,12 @@ class _Walker:
 
     def bind(self, target: cst.CSTNode, value: Value, statement: cst.CSTNode | None = None, parents: tuple = ()) -> None:
         if isinstance(target, (cst.Tuple, cst.List)):
-            # `for name, module in ...` / `for i, layer in enumerate(...)`: the last name is the element.
             elements = [element.value for element in target.elements]
+            if value.elements is not None and len(value.elements) == len(elements):
+                for element, element_value in zip(elements, value.elements):
+                    self.bind(element, element_value, statement, parents)
+                return
+            # `for name, module in ...` / `for i, layer in enumerate(...)`: the last name is the element.
             for position, element in enumerate(elements):
                 last = position == len(elements) - 1
                 self.bind(element, value if last and (value.ref or value.params_of) else Value(), statement, parents)
@@ -485,7 +495,12 @@ class _Walker:
             ref = Ref(root) if root else self.ref_of(target)
             if root:
                 self.flow.assigned_roots.add(root)
-            bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates)
+                self.record_origin(root, value.event)
+            bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, elements=value.elements)
+        if isinstance(target, cst.Attribute) and statement is not None:
+            assigned = self.ref_of(target)
+            if assigned is not None:
+                self.emit(ASSIGN, target, statement, parents, targets=(assigned,))
         self.env[key] = bound
         if value.event is not None and value.event.binding is None:
             value.event.binding = bound.ref
@@ -493,6 +508,20 @@ class _Walker:
                 self.flow.optimizer_bindings.add(bound.ref)
         if statement is not None and bound.ref is not None and (self.meta_depth or value.event and value.event.kind == META):
             self.emit(META, target, statement, parents, targets=(bound.ref,))
+
+    def record_origin(self, root: str, event: Event | None) -> None:
+        if event is None or event.kind not in (CALL, METHOD, CALL_VALUE):
+            return
+        if event.kind == CALL and event.qname in ("copy.deepcopy", "copy.copy") and event.args and event.args[0].ref:
+            # A copy is built by what built the original.
+            built_by = self.flow.constructed.get(event.args[0].ref.root)
+            if built_by:
+                self.flow.constructed[root] = built_by
+        elif event.kind == CALL and event.qname:
+            self.flow.constructed[root] = event.qname
+        sources = {ref.root for ref in event.arg_refs()} | ({event.target.root} if event.kind == METHOD and event.target else set())
+        if sources:
+            self.flow.derived_from[root] = sources
 
     # expressions
 
@@ -536,6 +565,10 @@ class _Walker:
             return Value()
         if isinstance(node, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
             return self.comprehension(node, statement, parents)
+        if isinstance(node, (cst.Tuple, cst.List)):
+            elements = tuple(self.expr(element.value, statement, parents) for element in node.elements)
+            params = frozenset().union(*(element.params_of for element in elements))
+            return Value(params_of=params, elements=elements, iterates=_common_ref([e.ref for e in elements]))
         # Anything else: evaluate the children and pass parameter flows through (lists, dicts, comprehensions).
         params: frozenset[Ref] = frozenset()
         for child in node.children:
@@ -552,10 +585,10 @@ class _Walker:
                 self.expr(condition.test, statement, parents)
             clause = clause.inner_for_in
         parts = (node.key, node.value) if isinstance(node, cst.DictComp) else (node.elt,)
-        params: frozenset[Ref] = frozenset()
-        for part in parts:
-            params |= self.expr(part, statement, parents).params_of
-        return Value(params_of=params)
+        values = [self.expr(part, statement, parents) for part in parts]
+        params = frozenset().union(*(value.params_of for value in values))
+        # `[m for m in model.layers if ...]` still iterates sub-modules of `model`.
+        return Value(params_of=params, iterates=_common_ref([value.ref for value in values]))
 
     def call(self, node: cst.Call, statement: cst.CSTNode, parents: tuple, with_item: bool) -> Value:
         func = node.func
@@ -568,7 +601,12 @@ class _Walker:
 
         if qname == FULLY_SHARD:
             module = args[0] if args else kwargs.get("module", Value())
-            targets = self.list_refs(node.args[0].value) if node.args and isinstance(node.args[0].value, (cst.List, cst.Tuple)) else ((module.ref,) if module.ref else ())
+            if module.elements is not None or module.iterates is not None:
+                # A list of modules, literal or built: they are sub-modules of what they come from.
+                listed = [element.ref for element in module.elements or () if element.ref]
+                targets = tuple(listed) or ((module.iterates.child("[]"),) if module.iterates else ())
+            else:
+                targets = (module.ref,) if module.ref else ()
             event = self.emit(SHARD, node, targets=targets, **common)
             return Value(ref=module.ref, event=event)
         if qname == FSDP1_WRAPPER:
@@ -604,10 +642,6 @@ class _Walker:
             return Value(event=self.emit(CALL_VALUE, node, targets=(callee_ref,), **common))
         event = self.emit(CALL, node, **{**common, "qname": qname or dotted_name(func)})
         return Value(event=event, params_of=flowing if qname is None else frozenset())
-
-    def list_refs(self, node: cst.List | cst.Tuple) -> tuple[Ref, ...]:
-        refs = (self.ref_of(element.value) for element in node.elements)
-        return tuple(ref for ref in refs if ref)
 
     @staticmethod
     def is_meta_literal(node: cst.CSTNode) -> bool:
@@ -661,8 +695,10 @@ class _Walker:
                 env[name] = value
         for name in params:
             if name not in env or env[name].ref is None:
-                env[name] = Value(ref=Ref(prefix + name), params_of=env[name].params_of if name in env else frozenset())
+                given = env.get(name, Value())
+                env[name] = Value(ref=Ref(prefix + name), params_of=given.params_of)
                 self.flow.assigned_roots.add(prefix + name)
+                self.record_origin(prefix + name, given.event)
         walker = _Walker(self.flow, callee.file, callee, env, prefix, self.chain + (callee.name,), self.depth + 1, self.stack)
         walker.walk_suite(callee.node.body, ())
         return walker.returned
@@ -671,3 +707,18 @@ class _Walker:
         event = Event(kind, node, self.file, statement, parents, self.chain, **fields)
         self.flow.events.append(event)
         return event
+
+
+def _common_ref(refs: list[Ref | None]) -> Ref | None:
+    """The longest ref all of `refs` lie within: `(model.a, model.b)` -> `model`."""
+    if not refs or any(ref is None for ref in refs):
+        return None
+    first = refs[0]
+    if any(ref.root != first.root for ref in refs):
+        return None
+    path: list[str] = []
+    for parts in zip(*(ref.path for ref in refs)):
+        if any(part != parts[0] for part in parts):
+            break
+        path.append(parts[0])
+    return Ref(first.root, tuple(path))

@@ -61,7 +61,9 @@ class ShardingOrder(Rule):
         for root_event in shards:
             roots = [t for t in root_event.targets if not t.is_submodule]
             for root in roots:
-                late = [e for e in shards if e.index > root_event.index and any(t.root == root.root and t.is_submodule for t in e.targets)]
+                late = [e for e in shards if e.index > root_event.index and any(
+                    t.root == root.root and t.is_submodule and not self._replaced_between(flow, t, root_event.index, e.index)
+                    for t in e.targets)]
                 if not late:
                     continue
                 anchor = anchor_in_block(root_event, late[-1])
@@ -75,6 +77,8 @@ class ShardingOrder(Rule):
                                   f"(sharded at {where(root_event)}){via(event)}: apply `fully_shard` bottom-up", fix)
 
     def _root_never_sharded(self, flow) -> Iterable[Finding]:
+        import libcst as cst
+
         from fsdplint.fixes import Fix, InsertAfter, parse_statements
         from fsdplint.model import Ref
         from fsdplint.rulekit import code, local_name, statement_after_loops, via
@@ -88,8 +92,8 @@ class ShardingOrder(Rule):
                 continue
             block_shards = [e for e in shards if any(t.root == root.root and t.is_submodule for t in e.targets)]
             last = block_shards[-1]
-            if flow.escapes(root, last.index):
-                continue  # handed afterwards to code this run cannot see, which may shard it
+            if flow.escapes(root, last.index) or any(isinstance(parent, cst.If) for parent in last.parents):
+                continue  # handed to code this run cannot see, or sharded on a path we cannot tell is taken
             name = local_name(flow, root)
             anchor = statement_after_loops(block_shards) if name else None
             fix = None
@@ -102,3 +106,11 @@ class ShardingOrder(Rule):
             yield Finding(last.file, last.node,
                           f"blocks of `{name or root.root}` are sharded but `{name or root.root}` itself never is{via(last)}: "
                           f"its own parameters stay plain tensors whose gradients are never reduced", fix)
+
+    @staticmethod
+    def _replaced_between(flow, module, start: int, end: int) -> bool:
+        """`model.tok_embeddings = new_embedding` after the root was sharded: the new module is
+        sharded in its own right, which is valid."""
+        from fsdplint.model import ASSIGN
+
+        return any(e.kind == ASSIGN and module.is_within(e.target) for e in flow.events[start:end])
