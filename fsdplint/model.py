@@ -329,11 +329,10 @@ class Program:
         for file in files:
             for function in file.functions.values():
                 self.functions_by_name.setdefault(function.name, []).append(function)
-        self.flows: list[Flow] = []
-        for file in files:
-            self.flows.append(self._build_flow(file, None))
-            for function in file.functions.values():
-                self.flows.append(self._build_flow(file, function))
+        # Functions before module bodies: when two flows report one node, the first (and shortest
+        # "via" chain) is kept.
+        self.flows = [self._build_flow(file, function) for file in files for function in file.functions.values()]
+        self.flows += [self._build_flow(file, None) for file in files]
         # Modules a class shards on `self` in any of its methods, for its other methods.
         self.class_shards: dict[tuple[str, str], list[Event]] = {}
         for flow in self.flows:
