@@ -161,12 +161,7 @@ class Engine:
         return models, errors
 
     def _callers_of(self, models: dict[str, FileModel], sources: dict[str, SourceFile], parsed: set[str]) -> list[str]:
-        names = sorted({
-            function.name
-            for model in models.values()
-            for function in model.functions.values()
-            if function.class_name is None and any(token in model.code(function.node) for token in self.triggers)
-        })
+        names = sorted({name for model in models.values() for name in _top_level_functions_with(model.source.text, self.triggers)})
         if not names:
             return []
         pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, names)) + r")\s*\(")
@@ -232,6 +227,8 @@ class Engine:
             by_path.setdefault(diagnostic.path, []).append(diagnostic)
         kept: list[Diagnostic] = []
         for path, source in sources.items():
+            if path not in by_path and OUR_PREFIX not in source.text:
+                continue  # nothing to suppress and no fsdplint code a noqa could name
             suppressions = parse_suppressions(source.text)
             ignored = self._ignored_by_path(path)
             for diagnostic in by_path.get(path, []):
@@ -300,3 +297,18 @@ def _parses(text: str) -> bool:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return True
+
+
+_TOP_LEVEL = re.compile(r"^(?:async\s+)?def\s+(\w+)|^[^\s#]", re.M)
+
+
+def _top_level_functions_with(text: str, tokens: tuple[str, ...]) -> list[str]:
+    """Names of top-level functions whose text holds one of `tokens` (from the text, no codegen)."""
+    names = []
+    matches = list(_TOP_LEVEL.finditer(text))
+    for match, following in zip(matches, matches[1:] + [None]):
+        if match.group(1):
+            body = text[match.start():following.start() if following else len(text)]
+            if any(token in body for token in tokens):
+                names.append(match.group(1))
+    return names

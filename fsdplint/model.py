@@ -58,6 +58,7 @@ CALL_VALUE = "call_value"  # target(...): a forward when target is a module
 CALL = "call"  # a call of something that is not a local value: qname(args)
 META = "meta"  # target was built on the meta device
 ASSIGN = "assign"  # `target = ...` where target is an attribute (`model.tok_embeddings = new`)
+ENTER = "enter"  # a call of a function of this run, whose events follow inlined: qname(args)
 
 
 def canonical(qname: str) -> str:
@@ -198,18 +199,42 @@ def module_name_for(path: Path) -> str:
 
 def build_file_model(source: SourceFile, module: cst.Module) -> FileModel:
     model = FileModel(source=source, module=module, module_name=module_name_for(source.path))
-    module.visit(_FileIndexer(model))
+    _FileIndexer(model).index(module.body)
     return model
 
 
-class _FileIndexer(cst.CSTVisitor):
-    """One pass over a file: imports, functions, classes and container attributes."""
+class _FileIndexer:
+    """One pass over a file's statements (never its expressions): imports, functions, classes and
+    the attributes classes assign. LibCST's generic visitor rebuilds every node and costs ~30x more."""
 
     def __init__(self, model: FileModel) -> None:
         self.model = model
         self.scopes: list[tuple[str, str]] = []  # ("class"|"def", name)
 
-    def visit_Import(self, node: cst.Import) -> None:
+    def index(self, statements) -> None:
+        for statement in statements:
+            if isinstance(statement, cst.SimpleStatementLine):
+                for small in statement.body:
+                    if isinstance(small, cst.Import):
+                        self.import_(small)
+                    elif isinstance(small, cst.ImportFrom):
+                        self.import_from(small)
+                    elif isinstance(small, cst.Assign):
+                        self.assign(small)
+            elif isinstance(statement, cst.ClassDef):
+                self.scopes.append(("class", statement.name.value))
+                self.index(_body(statement.body))
+                self.scopes.pop()
+            elif isinstance(statement, cst.FunctionDef):
+                self.function(statement)
+                self.scopes.append(("def", statement.name.value))
+                self.index(_body(statement.body))
+                self.scopes.pop()
+            else:  # if/for/while/with/try/match: imports and definitions inside them count too
+                for suite in _suites(statement):
+                    self.index(_body(suite))
+
+    def import_(self, node: cst.Import) -> None:
         for alias in node.names:
             full = dotted_name(alias.name)
             if not full:
@@ -220,7 +245,7 @@ class _FileIndexer(cst.CSTVisitor):
                 head = full.split(".")[0]
                 self.model.imports.setdefault(head, head)
 
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+    def import_from(self, node: cst.ImportFrom) -> None:
         base = dotted_name(node.module) if node.module else ""
         base = "." * len(node.relative) + (base or "")
         if isinstance(node.names, cst.ImportStar):
@@ -234,30 +259,51 @@ class _FileIndexer(cst.CSTVisitor):
             separator = "" if base.endswith(".") else "."
             self.model.imports[local] = canonical(f"{base}{separator}{name}")
 
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.scopes.append(("class", node.name.value))
-
-    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
-        self.scopes.pop()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+    def function(self, node: cst.FunctionDef) -> None:
         qualname = ".".join([name for _, name in self.scopes] + [node.name.value])
         class_name = self.scopes[-1][1] if self.scopes and self.scopes[-1][0] == "class" else None
         params = [p.name.value for p in (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params)]
         self.model.functions[qualname] = FunctionInfo(
             file=self.model, node=node, name=node.name.value, qualname=qualname, params=params, class_name=class_name
         )
-        self.scopes.append(("def", node.name.value))
 
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self.scopes.pop()
-
-    def visit_Assign(self, node: cst.Assign) -> None:
+    def assign(self, node: cst.Assign) -> None:
         if isinstance(node.value, cst.Call):
             callee = (dotted_name(node.value.func) or "?").rsplit(".", 1)[-1]
             for target in node.targets:
                 if isinstance(target.target, cst.Attribute):
                     self.model.attribute_types.setdefault(target.target.attr.value, set()).add(callee)
+
+
+def _body(suite: cst.CSTNode) -> list[cst.CSTNode]:
+    return list(suite.body) if isinstance(suite, cst.IndentedBlock) else [cst.SimpleStatementLine(suite.body)] if isinstance(suite, cst.SimpleStatementSuite) else []
+
+
+def _suites(statement: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The blocks of a compound statement, in order."""
+    if isinstance(statement, cst.If):
+        yield statement.body
+        if isinstance(statement.orelse, cst.If):
+            yield from _suites(statement.orelse)
+        elif statement.orelse is not None:
+            yield statement.orelse.body
+    elif isinstance(statement, (cst.For, cst.While)):
+        yield statement.body
+        if statement.orelse is not None:
+            yield statement.orelse.body
+    elif isinstance(statement, cst.With):
+        yield statement.body
+    elif isinstance(statement, (cst.Try, cst.TryStar)):
+        yield statement.body
+        for handler in statement.handlers:
+            yield handler.body
+        if statement.orelse is not None:
+            yield statement.orelse.body
+        if statement.finalbody is not None:
+            yield statement.finalbody.body
+    elif isinstance(statement, cst.Match):
+        for case in statement.cases:
+            yield case.body
 
 
 class Flow:
@@ -568,10 +614,10 @@ class _Walker:
             elements = tuple(self.expr(element.value, statement, parents) for element in node.elements)
             params = frozenset().union(*(element.params_of for element in elements))
             return Value(params_of=params, elements=elements, iterates=_common_ref([e.ref for e in elements]))
-        # Anything else: evaluate the children and pass parameter flows through (lists, dicts, comprehensions).
+        # Anything else: evaluate the parts and pass parameter flows through (dicts, operators, f-strings).
         params: frozenset[Ref] = frozenset()
-        for child in node.children:
-            params |= self.expr(child, statement, parents).params_of
+        for part in _subexpressions(node):
+            params |= self.expr(part, statement, parents).params_of
         return Value(params_of=params)
 
     def comprehension(self, node: cst.BaseComp, statement: cst.CSTNode, parents: tuple) -> Value:
@@ -612,9 +658,6 @@ class _Walker:
             module = args[0] if args else kwargs.get("module", Value())
             event = self.emit(WRAP, node, targets=(module.ref,) if module.ref else (), **common)
             return Value(ref=module.ref, event=event)
-        if self.is_optimizer(qname, node, flowing):
-            event = self.emit(OPTIMIZER, node, params_of=flowing, **common)
-            return Value(event=event, params_of=flowing)
         if qname is None and isinstance(func, cst.Name) and func.value in _ITERABLE_WRAPPERS and args:
             return Value(iterates=args[0].iterates or args[0].ref, params_of=flowing)
         if self.builds_on_meta(node):
@@ -622,6 +665,11 @@ class _Walker:
         callee = self.flow.program.resolve_function(self.file, self.function, node)
         if callee is not None:
             return self.inline(callee, node, args, kwargs, receiver, statement, parents)
+        # Parameters handed over directly, not an existing optimizer handed to a helper.
+        handed = frozenset().union(*(v.params_of for v in (*args, *kwargs.values()) if v.ref not in self.flow.optimizer_bindings))
+        if self.is_optimizer(qname, node, handed):
+            event = self.emit(OPTIMIZER, node, params_of=handed, **common)
+            return Value(event=event, params_of=handed)
         if isinstance(func, cst.Attribute) and receiver.ref is not None and qname is None:
             method = func.attr.value
             event = self.emit(METHOD, node, targets=(receiver.ref,), method=method, **common)
@@ -678,6 +726,7 @@ class _Walker:
         if self.depth >= _MAX_INLINE_DEPTH or id(callee.node) in self.stack:
             event = self.emit(CALL, node, statement=statement, parents=parents, qname=callee.qualname, args=args, kwargs=kwargs)
             return Value(event=event)
+        self.emit(ENTER, node, statement=statement, parents=parents, qname=callee.qualname, args=args, kwargs=kwargs)
         prefix = f"{callee.name}@{self.flow.program.next_call_id()}:"
         env: dict[str, Value] = {}
         params = list(callee.params)
@@ -721,3 +770,29 @@ def _common_ref(refs: list[Ref | None]) -> Ref | None:
             break
         path.append(parts[0])
     return Ref(first.root, tuple(path))
+
+
+_LEAVES = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis)
+
+
+def _subexpressions(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The expressions directly inside `node`, without LibCST's costly generic `children`."""
+    if isinstance(node, _LEAVES):
+        return []
+    if isinstance(node, (cst.BinaryOperation, cst.BooleanOperation, cst.ConcatenatedString)):
+        return [node.left, node.right]
+    if isinstance(node, cst.Comparison):
+        return [node.left, *(target.comparator for target in node.comparisons)]
+    if isinstance(node, (cst.UnaryOperation, cst.Await)):
+        return [node.expression]
+    if isinstance(node, cst.IfExp):
+        return [node.test, node.body, node.orelse]
+    if isinstance(node, cst.Dict):
+        return [part for element in node.elements for part in ((element.key, element.value) if isinstance(element, cst.DictElement) else (element.value,))]
+    if isinstance(node, cst.Set):
+        return [element.value for element in node.elements]
+    if isinstance(node, cst.FormattedString):
+        return [part.expression for part in node.parts if isinstance(part, cst.FormattedStringExpression)]
+    if isinstance(node, (cst.StarredElement, cst.NamedExpr, cst.Yield, cst.Expr)):
+        return [node.value] if node.value is not None else []
+    return [child for child in node.children if isinstance(child, cst.BaseExpression)]

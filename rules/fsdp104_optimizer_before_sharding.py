@@ -83,6 +83,7 @@ class OptimizerBeforeSharding(Rule):
             if event.kind == OPTIMIZER and event.binding is not None and event.binding == optimizer.binding:
                 return True  # the same variable is built again after sharding
             refs = {r.root for r in event.arg_refs()}
+            # `accelerator.prepare(model, optimizer)`, or a helper re-mapping the optimizer's parameters.
             if optimizer.binding and optimizer.binding.root in refs and (
                 module.root in refs or event.kind == METHOD and event.method in _REBINDING_METHODS
             ):
