@@ -9,15 +9,28 @@ from fsdplint.engine import Diagnostic, Engine, Result
 from fsdplint.registry import all_rules
 from fsdplint.source import SourceFile, decode_source
 
-__all__ = ["Diagnostic", "check_source", "fix_source"]
+__all__ = ["Diagnostic", "check_paths", "check_source", "fix_source"]
+
+
+def _engine(select: list[str] | None) -> Engine:
+    ruleset = all_rules()
+    selected = {rule.code: rule for selector in (select or ["ALL"]) for rule in ruleset.expand(selector)}
+    return Engine(ruleset, sorted(selected.values(), key=lambda rule: rule.code), Settings())
 
 
 def _run(text: str, path: str, select: list[str] | None, fix: bool, unsafe_fixes: bool) -> Result:
-    ruleset = all_rules()
-    selected = {rule.code: rule for selector in (select or ["ALL"]) for rule in ruleset.expand(selector)}
-    engine = Engine(ruleset, sorted(selected.values(), key=lambda rule: rule.code), Settings())
     source: SourceFile = decode_source(text.encode("utf-8"), Path(path), path)
-    return engine.check({path: source}, [], fix=fix, unsafe_fixes=unsafe_fixes)
+    return _engine(select).check({path: source}, [], fix=fix, unsafe_fixes=unsafe_fixes)
+
+
+def check_paths(paths: list[str | Path], select: list[str] | None = None) -> list[Diagnostic]:
+    """Diagnostics for files and directories, analyzed together (functions are followed across them)."""
+    from fsdplint.discovery import discover
+
+    engine = _engine(select)
+    candidates = discover([Path(p) for p in paths], [], Path.cwd().resolve(), force_exclude=False)
+    sources, problems = engine.read(candidates)
+    return engine.check(sources, problems).diagnostics
 
 
 def check_source(text: str, path: str = "<string>", select: list[str] | None = None) -> list[Diagnostic]:

@@ -1,0 +1,136 @@
+"""The semantic model through the rules that read it: names, aliases, calls followed across functions and files."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from fsdplint.api import check_paths, check_source
+
+
+def codes(source: str, select: list[str] | None = None) -> list[tuple[int, str]]:
+    return [(d.line, d.code) for d in check_source(textwrap.dedent(source), select=select)]
+
+
+def test_import_aliases_resolve():
+    for header, call in [
+        ("from torch.distributed.fsdp import fully_shard", "fully_shard"),
+        ("from torch.distributed._composable.fsdp import fully_shard as shard", "shard"),
+        ("import torch.distributed.fsdp as fsdp", "fsdp.fully_shard"),
+        ("import torch.distributed.fsdp", "torch.distributed.fsdp.fully_shard"),
+    ]:
+        source = f"""
+        {header}
+        model = Net()
+        for block in model.layers:
+            {call}(block)
+        {call}(model)
+        model.forward(x)
+        """
+        assert codes(source) == [(7, "FSDP103")], header
+
+
+def test_a_local_function_named_fully_shard_is_not_fsdp():
+    assert codes("""
+    def fully_shard(module):
+        return module
+    model = fully_shard(Net())
+    model.forward(x)
+    """) == []
+
+
+def test_flow_follows_two_calls_and_methods():
+    assert codes("""
+    from torch.distributed.fsdp import fully_shard
+
+    def shard_blocks(model):
+        for block in model.layers:
+            fully_shard(block)
+
+    def shard(model):
+        shard_blocks(model)
+        fully_shard(model)
+
+    class Trainer:
+        def setup(self):
+            self.model = Net()
+            shard(self.model)
+
+        def step(self, batch):
+            return self.model.forward(batch)
+    """) == [(18, "FSDP103")]
+
+
+def test_unknown_provenance_is_not_judged():
+    # `model` is a parameter and nothing in the run calls `wrap`: its blocks may be sharded by the caller.
+    assert codes("""
+    from torch.distributed.fsdp import fully_shard
+
+    def wrap(model):
+        fully_shard(model)
+        return model
+    """) == []
+
+
+def test_cross_file_flow_and_caller_without_trigger_token(tmp_path: Path):
+    (tmp_path / "parallel.py").write_text(textwrap.dedent("""
+        from torch.distributed.fsdp import fully_shard
+
+        def parallelize(model):
+            for block in model.layers:
+                fully_shard(block)
+            fully_shard(model)
+            return model
+    """))
+    (tmp_path / "train.py").write_text(textwrap.dedent("""
+        import torch
+        from parallel import parallelize
+
+        def main():
+            model = Net()
+            optimizer = torch.optim.AdamW(model.parameters())
+            model = parallelize(model)
+            loss = model.forward(batch)
+    """))
+    found = sorted((Path(d.path).name, d.line, d.code) for d in check_paths([tmp_path]))
+    assert found == [("train.py", 7, "FSDP104"), ("train.py", 9, "FSDP103")]
+
+
+def test_near_misses_stay_silent():
+    assert codes("""
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+    class Block(torch.nn.Module):
+        def forward(self, x):
+            return super().forward(x)
+
+    def main(accelerator):
+        model = Net()
+        optimizer = torch.optim.AdamW(model.parameters())
+        for block in model.layers:
+            fully_shard(block)
+        fully_shard([model.embed, model.head])
+        fully_shard(model)
+        model, optimizer = accelerator.prepare(model, optimizer)
+        unsharded = Net()
+        unsharded.forward(x)
+        for step in range(4):
+            loss = model(x)
+            model.set_requires_gradient_sync(step == 3)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+    """) == []
+
+
+def test_noqa_suppresses_and_unused_noqa_is_reported():
+    assert codes("""
+    from torch.distributed.fsdp import fully_shard
+    model = Net()
+    for block in model.layers:
+        fully_shard(block)
+    fully_shard(model)
+    model.forward(x)  # noqa: FSDP103
+    model(x)  # noqa: FSDP103
+    """) == [(8, "FSDP003")]
