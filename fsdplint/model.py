@@ -137,6 +137,7 @@ class Event:
     params_of: frozenset[Ref] = frozenset()  # OPTIMIZER
     binding: Ref | None = None  # what the call's result was assigned to
     with_item: bool = False  # the call is the context manager of a `with`
+    function: FunctionInfo | None = None  # the function whose body holds the node (None: module level)
 
     @property
     def target(self) -> Ref | None:
@@ -752,7 +753,7 @@ class _Walker:
         return walker.returned
 
     def emit(self, kind: str, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple, **fields) -> Event:
-        event = Event(kind, node, self.file, statement, parents, self.chain, **fields)
+        event = Event(kind, node, self.file, statement, parents, self.chain, function=self.function, **fields)
         self.flow.events.append(event)
         return event
 

@@ -52,11 +52,11 @@ def local_name(flow: Flow, ref: Ref) -> str | None:
     return ref.root
 
 
-def unused_name(file: FileModel, preferred: str) -> str:
-    """`preferred`, or `preferred_2`… if the file already uses that name."""
-    text = file.source.text
+def unused_name(event: Event, preferred: str) -> str:
+    """`preferred`, or `preferred_2`… if the function holding `event` already uses that name."""
+    scope = event.file.code(event.function.node) if event.function else event.file.source.text
     candidate, number = preferred, 1
-    while re.search(rf"\b{re.escape(candidate)}\b", text):
+    while re.search(rf"\b{re.escape(candidate)}\b", scope):
         number += 1
         candidate = f"{preferred}_{number}"
     return candidate

@@ -68,14 +68,14 @@ class ContainerPassedToFullyShard(Rule):
                 fix = None
                 statement = event.statement
                 if is_simple_statement(statement) and isinstance(statement.body[0], cst.Expr) and statement.body[0].value is event.node:
-                    variable = unused_name(event.file, "layer")
+                    variable = unused_name(event, "layer")
 
-                    def loop(line: cst.SimpleStatementLine, argument=argument, variable=variable, kind=kind) -> cst.For:
+                    def loop(line: cst.SimpleStatementLine, variable=variable, iterable=f"{text}{_CONTAINERS[kind]}") -> cst.For:
                         call = line.body[0].value
                         args = [call.args[0].with_changes(value=cst.Name(variable)), *call.args[1:]]
                         inner = line.with_changes(body=[line.body[0].with_changes(value=call.with_changes(args=args))], leading_lines=[])
-                        iterable = cst.parse_expression(f"{code(event, argument)}{_CONTAINERS[kind]}")
-                        return cst.For(target=cst.Name(variable), iter=iterable, body=cst.IndentedBlock([inner]), leading_lines=line.leading_lines)
+                        return cst.For(target=cst.Name(variable), iter=cst.parse_expression(iterable),
+                                       body=cst.IndentedBlock([inner]), leading_lines=line.leading_lines)
 
                     fix = Fix(f"Shard each module of `{text}` in a loop", safe=True, operations=[Replace(statement, loop)])
                 yield Finding(event.file, event.node,

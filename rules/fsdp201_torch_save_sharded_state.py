@@ -111,14 +111,14 @@ class TorchSaveShardedState(Rule):
                 if receiver == local_name(flow, candidate):
                     flow_ref = candidate
             if flow_ref is None:
-                gathers.append((unused_name(event.file, f"{receiver.replace('.', '_')}_state_dict"), f"get_model_state_dict({receiver}, {_OPTIONS})"))
+                gathers.append((unused_name(event, f"{receiver.replace('.', '_')}_state_dict"), f"get_model_state_dict({receiver}, {_OPTIONS})"))
                 helpers.add("get_model_state_dict")
                 continue
             optimizer = next(e for e in flow.events if e.binding == flow_ref)
             owners = [local_name(flow, m) for m in optimizer.params_of]
             if len(owners) != 1 or owners[0] is None or len(event.chain) != 1:
                 return None
-            gathers.append((unused_name(event.file, f"{receiver.replace('.', '_')}_state_dict"), f"get_optimizer_state_dict({owners[0]}, {receiver}, {_OPTIONS})"))
+            gathers.append((unused_name(event, f"{receiver.replace('.', '_')}_state_dict"), f"get_optimizer_state_dict({owners[0]}, {receiver}, {_OPTIONS})"))
             helpers.add("get_optimizer_state_dict")
         names = [variable for variable, _ in gathers]
         if len(set(names)) != len(names):
