@@ -531,6 +531,10 @@ class _Walker:
                 last = position == len(elements) - 1
                 self.bind(element, value if last and (value.ref or value.params_of) else Value(), statement, parents)
             return
+        if isinstance(target, (cst.Attribute, cst.Subscript)) and statement is not None:
+            assigned = self.ref_of(target)
+            if assigned is not None:  # `model.tok_embeddings = new`: a sub-module replaced
+                self.emit(ASSIGN, target, statement, parents, targets=(assigned,))
         key = dotted_name(target)
         if key is None:
             return
@@ -543,10 +547,6 @@ class _Walker:
                 self.flow.assigned_roots.add(root)
                 self.record_origin(root, value.event)
             bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, elements=value.elements)
-        if isinstance(target, cst.Attribute) and statement is not None:
-            assigned = self.ref_of(target)
-            if assigned is not None:
-                self.emit(ASSIGN, target, statement, parents, targets=(assigned,))
         self.env[key] = bound
         if value.event is not None and value.event.binding is None:
             value.event.binding = bound.ref

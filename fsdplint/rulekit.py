@@ -54,7 +54,13 @@ def local_name(flow: Flow, ref: Ref) -> str | None:
 
 def unused_name(event: Event, preferred: str) -> str:
     """`preferred`, or `preferred_2`… if the function holding `event` already uses that name."""
-    scope = event.file.code(event.function.node) if event.function else event.file.source.text
+    import libcst as cst
+
+    if event.function:
+        scope = event.file.code(event.function.node)
+    else:  # module level: its own statements, not the bodies of its functions and classes
+        module = event.file.module
+        scope = "".join(module.code_for_node(s) for s in module.body if not isinstance(s, (cst.FunctionDef, cst.ClassDef)))
     candidate, number = preferred, 1
     while re.search(rf"\b{re.escape(candidate)}\b", scope):
         number += 1
