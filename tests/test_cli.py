@@ -1,0 +1,407 @@
+"""The `fsdplint` command line, run as a subprocess (`python -m fsdplint`) for real exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BAD = """\
+import torch
+from torch.distributed.fsdp import fully_shard
+
+model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+fully_shard(model)
+out = model.forward(torch.ones(2))
+"""
+FIXED = BAD.replace("model.forward(torch.ones(2))", "model(torch.ones(2))")
+CLEAN = "def add(a, b):\n    return a + b\n"
+# FSDP104 (optimizer built before sharding) has only an unsafe fix.
+UNSAFE = """\
+import torch
+from torch.distributed.fsdp import fully_shard
+
+model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for layer in model:
+    fully_shard(layer)
+fully_shard(model)
+"""
+
+
+def run(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "fsdplint", *args], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in result.stdout + result.stderr, result.stderr
+    return result
+
+
+def codes(result: subprocess.CompletedProcess) -> set[str]:
+    return {line.split()[1] for line in result.stdout.splitlines() if ": FSDP" in line}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "bad.py").write_text(BAD)
+    return tmp_path
+
+
+def check(project: Path, *args: str) -> subprocess.CompletedProcess:
+    return run("check", "--output-format", "concise", *args, cwd=project)
+
+
+# exit codes
+
+
+def test_exit_0_on_clean_file(tmp_path):
+    (tmp_path / "clean.py").write_text(CLEAN)
+    result = check(tmp_path, "clean.py")
+    assert result.returncode == 0
+    assert result.stdout.strip() == "All checks passed!"
+
+
+def test_exit_1_on_findings(project):
+    result = check(project, "bad.py")
+    assert result.returncode == 1
+    assert codes(result) == {"FSDP101", "FSDP103"}
+    assert "bad.py:6:7: FSDP103" in result.stdout
+
+
+def test_default_command_is_check(project):
+    assert run("bad.py", cwd=project).returncode == 1
+
+
+def test_exit_zero(project):
+    result = check(project, "--exit-zero", "bad.py")
+    assert result.returncode == 0
+    assert "FSDP103" in result.stdout
+
+
+def test_exit_2_on_bad_option(project):
+    assert check(project, "--no-such-option", "bad.py").returncode == 2
+
+
+# selection
+
+
+@pytest.mark.parametrize("selector", ["FSDP103", "FSDP10", "forward-bypasses-hooks"])
+def test_select(project, selector):
+    result = check(project, "--select", selector, "bad.py")
+    if selector == "FSDP10":
+        assert codes(result) == {"FSDP101", "FSDP103"}
+    else:
+        assert codes(result) == {"FSDP103"}
+
+
+def test_select_prefix(project):
+    assert codes(check(project, "--select", "FSDP1", "bad.py")) == {"FSDP101", "FSDP103"}
+    assert check(project, "--select", "FSDP2", "bad.py").returncode == 0
+
+
+@pytest.mark.parametrize("selector", ["FSDP103", "FSDP1", "forward-bypasses-hooks"])
+def test_ignore(project, selector):
+    result = check(project, "--ignore", selector, "bad.py")
+    assert "FSDP103" not in codes(result)
+    if selector == "FSDP1":
+        assert result.returncode == 0
+
+
+@pytest.mark.parametrize("selector", ["FSDP103", "forward-bypasses-hooks"])
+def test_extend_select(project, selector):
+    result = check(project, "--select", "FSDP101", "--extend-select", selector, "bad.py")
+    assert codes(result) == {"FSDP101", "FSDP103"}
+
+
+def test_comma_separated_select(project):
+    assert codes(check(project, "--select", "FSDP101,FSDP103", "bad.py")) == {"FSDP101", "FSDP103"}
+
+
+@pytest.mark.parametrize("option", ["--select", "--ignore", "--extend-select"])
+def test_unknown_selector(project, option):
+    result = check(project, option, "FSDP999", "bad.py")
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fsdplint: error:"), result.stderr
+    assert "FSDP999" in lines[0]
+
+
+# output formats
+
+
+def test_concise(project):
+    result = check(project, "bad.py")
+    assert any(line.startswith("bad.py:6:7: FSDP103 ") for line in result.stdout.splitlines())
+    assert "^" not in result.stdout
+
+
+def test_full(project):
+    result = run("check", "--output-format", "full", "bad.py", cwd=project)
+    assert "bad.py:6:7: FSDP103" in result.stdout
+    assert "out = model.forward(torch.ones(2))" in result.stdout
+    assert "^" in result.stdout
+
+
+def test_json(project):
+    result = run("check", "--output-format", "json", "bad.py", cwd=project)
+    assert result.returncode == 1
+    data = json.loads(result.stdout)
+    found = [item for item in data if item["code"] == "FSDP103"]
+    assert len(found) == 1
+    assert found[0]["location"] == {"row": 6, "column": 7}
+    assert found[0]["filename"].endswith("bad.py")
+    assert found[0]["fix"] is not None
+
+
+def test_github(project):
+    result = run("check", "--output-format", "github", "bad.py", cwd=project)
+    assert any(line.startswith("::error") and "FSDP103" in line and "line=6" in line for line in result.stdout.splitlines())
+
+
+def test_sarif(project):
+    result = run("check", "--output-format", "sarif", "bad.py", cwd=project)
+    data = json.loads(result.stdout)
+    assert data["version"] == "2.1.0"
+    results = data["runs"][0]["results"]
+    assert any(item["ruleId"] == "FSDP103" for item in results)
+
+
+def test_statistics(project):
+    result = check(project, "--statistics", "bad.py")
+    rows = [line.split() for line in result.stdout.splitlines()]
+    assert ["1", "FSDP103", "[*]", "forward-bypasses-hooks"] in rows
+    assert any(row[:2] == ["1", "FSDP101"] for row in rows)
+
+
+def test_quiet(project):
+    loud = check(project, "bad.py")
+    quiet = check(project, "--quiet", "bad.py")
+    assert "Found" in loud.stdout
+    assert "Found" not in quiet.stdout
+    assert "FSDP103" in quiet.stdout
+    assert quiet.returncode == 1
+
+
+# fixing
+
+
+def test_diff_prints_and_writes_nothing(project):
+    result = check(project, "--diff", "bad.py")
+    assert result.returncode == 1
+    assert "-out = model.forward(torch.ones(2))" in result.stdout
+    assert "+out = model(torch.ones(2))" in result.stdout
+    assert (project / "bad.py").read_text() == BAD
+
+
+def test_diff_without_fixes_exits_0(tmp_path):
+    (tmp_path / "clean.py").write_text(CLEAN)
+    result = check(tmp_path, "--diff", "clean.py")
+    assert result.returncode == 0
+    assert result.stdout == ""
+
+
+def test_fix_writes_and_is_idempotent(project):
+    first = check(project, "--fix", "--select", "FSDP103", "bad.py")
+    assert first.returncode == 0, first.stdout
+    assert (project / "bad.py").read_text() == FIXED
+    second = check(project, "--fix", "--select", "FSDP103", "bad.py")
+    assert second.returncode == 0
+    assert (project / "bad.py").read_text() == FIXED
+    assert "fixed" not in second.stdout
+
+
+def test_fix_leaves_unfixable_findings(project):
+    result = check(project, "--fix", "bad.py")
+    assert result.returncode == 1  # FSDP101 has no fix
+    assert codes(result) == {"FSDP101"}
+    assert (project / "bad.py").read_text() == FIXED
+
+
+def test_unsafe_fix_needs_flag(tmp_path):
+    (tmp_path / "unsafe.py").write_text(UNSAFE)
+    safe_only = check(tmp_path, "--fix", "unsafe.py")
+    assert safe_only.returncode == 1
+    assert (tmp_path / "unsafe.py").read_text() == UNSAFE
+    assert "--unsafe-fixes" in safe_only.stdout
+    assert check(tmp_path, "--diff", "unsafe.py").stdout == ""
+    assert "-opt = torch.optim.SGD" in check(tmp_path, "--diff", "--unsafe-fixes", "unsafe.py").stdout
+    fixed = check(tmp_path, "--fix", "--unsafe-fixes", "unsafe.py")
+    assert fixed.returncode == 0, fixed.stdout
+    text = (tmp_path / "unsafe.py").read_text()
+    assert text != UNSAFE
+    assert text.index("fully_shard(model)") < text.index("opt = torch.optim.SGD")
+
+
+# stdin
+
+
+def test_stdin(tmp_path):
+    result = run("check", "--output-format", "concise", "-", "--stdin-filename", "train.py", cwd=tmp_path, stdin=BAD)
+    assert result.returncode == 1
+    assert "train.py:6:7: FSDP103" in result.stdout
+
+
+def test_stdin_fix_prints_fixed_source(tmp_path):
+    result = run("check", "--fix", "--select", "FSDP103", "-", "--stdin-filename", "train.py", cwd=tmp_path, stdin=BAD)
+    assert result.returncode == 0
+    assert result.stdout == FIXED
+    assert not (tmp_path / "train.py").exists()
+
+
+# rule
+
+
+@pytest.mark.parametrize("name", ["FSDP103", "forward-bypasses-hooks"])
+def test_rule(tmp_path, name):
+    result = run("rule", name, cwd=tmp_path)
+    assert result.returncode == 0
+    assert "FSDP103" in result.stdout and "forward-bypasses-hooks" in result.stdout
+
+
+def test_rule_all(tmp_path):
+    result = run("rule", "--all", cwd=tmp_path)
+    assert result.returncode == 0
+    listed = {line.split()[0] for line in result.stdout.splitlines() if line.strip()}
+    assert {"FSDP001", "FSDP103", "FSDP201"} <= listed
+
+
+def test_rule_unknown(tmp_path):
+    result = run("rule", "FSDP999", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.startswith("fsdplint: error:")
+
+
+def test_version(tmp_path):
+    from fsdplint import __version__
+
+    result = run("--version", cwd=tmp_path)
+    assert result.returncode == 0
+    assert __version__ in result.stdout
+
+
+# configuration
+
+
+def _pyproject(folder: Path, body: str) -> None:
+    (folder / "pyproject.toml").write_text("[tool.fsdplint]\n" + body)
+
+
+def test_config_select(project):
+    _pyproject(project, 'select = ["FSDP103"]\n')
+    assert codes(check(project, ".")) == {"FSDP103"}
+
+
+def test_config_ignore(project):
+    _pyproject(project, 'ignore = ["forward-bypasses-hooks"]\n')
+    assert codes(check(project, ".")) == {"FSDP101"}
+
+
+def test_config_found_from_checked_dir(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "bad.py").write_text(BAD)
+    _pyproject(src, 'select = ["FSDP103"]\n')
+    assert codes(check(tmp_path, "src")) == {"FSDP103"}
+
+
+def test_config_exclude(project):
+    (project / "gen").mkdir()
+    (project / "gen" / "other.py").write_text(BAD)
+    _pyproject(project, 'exclude = ["gen/"]\n')
+    result = check(project, ".")
+    assert "other.py" not in result.stdout
+    assert "bad.py" in result.stdout
+
+
+def test_config_per_file_ignores(project):
+    (project / "other.py").write_text(BAD)
+    _pyproject(project, '[tool.fsdplint.per-file-ignores]\n"other.py" = ["FSDP103"]\n')
+    result = check(project, ".")
+    assert "bad.py:6:7: FSDP103" in result.stdout
+    assert "other.py:6:7: FSDP103" not in result.stdout
+    assert "other.py:5:1: FSDP101" in result.stdout
+
+
+def test_config_unknown_key(project):
+    _pyproject(project, 'selekt = ["FSDP103"]\n')
+    result = check(project, ".")
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fsdplint: error:") and "selekt" in lines[0]
+
+
+def test_config_invalid_toml(project):
+    _pyproject(project, "select = [\n")
+    result = check(project, ".")
+    assert result.returncode == 2
+    assert result.stderr.startswith("fsdplint: error:")
+
+
+# noqa
+
+
+def test_noqa_code(project):
+    (project / "bad.py").write_text(BAD.replace("torch.ones(2))", "torch.ones(2))  # noqa: FSDP103"))
+    assert codes(check(project, "bad.py")) == {"FSDP101"}
+
+
+def test_noqa_bare(project):
+    (project / "bad.py").write_text(BAD.replace("torch.ones(2))", "torch.ones(2))  # noqa"))
+    assert codes(check(project, "bad.py")) == {"FSDP101"}
+
+
+def test_noqa_other_code_does_not_suppress(project):
+    (project / "bad.py").write_text(BAD.replace("torch.ones(2))", "torch.ones(2))  # noqa: FSDP101"))
+    assert codes(check(project, "bad.py")) == {"FSDP101", "FSDP103", "FSDP003"}
+
+
+def test_file_level_noqa(project):
+    (project / "bad.py").write_text("# fsdplint: noqa: FSDP103\n" + BAD)
+    assert codes(check(project, "bad.py")) == {"FSDP101"}
+
+
+def test_unknown_noqa_code(project):
+    (project / "bad.py").write_text(BAD.replace("torch.ones(2))", "torch.ones(2))  # noqa: FSDP999"))
+    result = check(project, "bad.py")
+    assert "FSDP004" in codes(result)
+    assert "FSDP103" in codes(result)
+
+
+def test_noqa_in_string_is_not_a_directive(project):
+    (project / "bad.py").write_text(BAD + 's = "# noqa: FSDP103"\n')
+    assert codes(check(project, "bad.py")) == {"FSDP101", "FSDP103"}
+
+
+# discovery
+
+
+def test_gitignored_file_skipped(project):
+    (project / ".gitignore").write_text("ignored.py\n")
+    (project / "ignored.py").write_text(BAD)
+    result = check(project, ".")
+    assert "bad.py" in result.stdout
+    assert "ignored.py" not in result.stdout
+    # Named explicitly, it is checked.
+    assert "ignored.py" in check(project, "ignored.py").stdout
+
+
+def test_default_excludes(project):
+    (project / ".venv").mkdir()
+    (project / ".venv" / "lib.py").write_text(BAD)
+    assert ".venv" not in check(project, ".").stdout
+
+
+def test_force_exclude(project):
+    (project / "skip.py").write_text(BAD)
+    _pyproject(project, 'exclude = ["skip.py"]\n')
+    assert "skip.py" not in check(project, ".").stdout
+    assert "skip.py" in check(project, "skip.py").stdout
+    forced = check(project, "--force-exclude", "skip.py")
+    assert forced.returncode == 0
+    assert "skip.py" not in forced.stdout
+
+
+def test_non_python_files_ignored_in_walk(project):
+    (project / "notes.txt").write_text("model.forward(x)\n")
+    assert "notes.txt" not in check(project, ".").stdout
