@@ -146,6 +146,10 @@ class Engine:
         errors: list[Diagnostic] = []
         for path in paths:
             source = sources[path]
+            too_deep = _too_deep_for_libcst(source.text)
+            if too_deep:
+                errors.append(self._file_problem(path, "FSDP001", too_deep))
+                continue
             try:
                 module = cst.parse_module(source.text)
             except cst.ParserSyntaxError as error:
@@ -297,6 +301,26 @@ def _parses(text: str) -> bool:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return True
+
+
+def _too_deep_for_libcst(text: str) -> str | None:
+    """Why `text` must not reach libcst's native parser, or None.
+
+    libcst's Rust parser overflows its stack and kills the process (SIGSEGV, no exception) on very
+    deep nesting such as 5000 parentheses or a 50000-term `1+1+...`. CPython's parser guards its
+    stack and raises instead, so it screens the file first. Other syntax errors go on to libcst,
+    which may accept grammar newer than the running Python.
+    """
+    try:
+        ast.parse(text)
+    except (RecursionError, MemoryError):
+        return "the file is nested too deeply to parse"
+    except SyntaxError as error:
+        if "too many nested" in str(error) or "too complex" in str(error):
+            return f"SyntaxError: {error.msg}"
+    except ValueError:
+        pass
+    return None
 
 
 _TOP_LEVEL = re.compile(r"^(?:async\s+)?def\s+(\w+)|^[^\s#]", re.M)
