@@ -146,14 +146,18 @@ class Engine:
         errors: list[Diagnostic] = []
         for path in paths:
             source = sources[path]
-            too_deep = _too_deep_for_libcst(source.text)
-            if too_deep:
-                errors.append(self._file_problem(path, "FSDP001", too_deep))
+            python_error = _python_syntax_error(source.text)
+            if isinstance(python_error, str):
+                errors.append(self._file_problem(path, "FSDP001", python_error))
                 continue
             try:
                 module = cst.parse_module(source.text)
             except cst.ParserSyntaxError as error:
-                errors.append(self._file_problem(path, "FSDP001", f"SyntaxError: {error.message}", error.raw_line, error.raw_column + 1))
+                if python_error is not None and python_error.lineno:
+                    # CPython's message and position are exact; libcst's can point past the error.
+                    errors.append(self._file_problem(path, "FSDP001", f"SyntaxError: {python_error.msg}", python_error.lineno, python_error.offset or 1))
+                else:
+                    errors.append(self._file_problem(path, "FSDP001", f"SyntaxError: {error.message}", error.raw_line, error.raw_column + 1))
                 continue
             except RecursionError:
                 errors.append(self._file_problem(path, "FSDP001", "the file is nested too deeply to parse"))
@@ -303,12 +307,12 @@ def _parses(text: str) -> bool:
     return True
 
 
-def _too_deep_for_libcst(text: str) -> str | None:
-    """Why `text` must not reach libcst's native parser, or None.
+def _python_syntax_error(text: str) -> str | SyntaxError | None:
+    """Parse `text` with CPython first: a reason it must not reach libcst, its SyntaxError, or None.
 
     libcst's Rust parser overflows its stack and kills the process (SIGSEGV, no exception) on very
     deep nesting such as 5000 parentheses or a 50000-term `1+1+...`. CPython's parser guards its
-    stack and raises instead, so it screens the file first. Other syntax errors go on to libcst,
+    stack and raises instead, so it screens the file first. Other syntax errors still go to libcst,
     which may accept grammar newer than the running Python.
     """
     try:
@@ -318,6 +322,7 @@ def _too_deep_for_libcst(text: str) -> str | None:
     except SyntaxError as error:
         if "too many nested" in str(error) or "too complex" in str(error):
             return f"SyntaxError: {error.msg}"
+        return error
     except ValueError:
         pass
     return None
