@@ -162,3 +162,36 @@ def rule(code: str | None, show_all: bool, output_format: str) -> None:
         click.echo(json.dumps({"code": found.code, "name": found.name, "summary": found.summary, "severity": found.severity.value, "fix": found.fix_availability.value, "documentation": found.documentation()}, indent=2))
     else:
         click.echo(render_doc(found), nl=False)
+
+
+@main.command()
+@click.option("--rule", "rules", multiple=True, help="Verify only this rule (repeatable); default: every rule with a verify.toml.")
+@click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), default="auto", show_default=True, help="auto: cuda if available.")
+@click.option("--nproc", type=click.IntRange(min=1), help="Ranks per run (default: 2 on CPU, one per GPU on CUDA).")
+@click.option("--timeout", type=click.FloatRange(min=1), default=180.0, show_default=True, help="Wall-clock limit of one script run, in seconds.")
+@click.option("--report", "report_path", type=click.Path(path_type=Path, dir_okay=False), help="Also write PATH.json and PATH.md.")
+@click.option("--fixtures", type=click.Path(path_type=Path, file_okay=False, exists=True), help="Fixtures folder (default: the checkout's tests/fixtures).")
+@click.option("--torchrun-arg", "torchrun_args", multiple=True, help="Passed to torchrun instead of --standalone, e.g. --torchrun-arg=--nnodes=2 (repeatable).")
+def verify(rules, device, nproc, timeout, report_path, fixtures, torchrun_args) -> None:
+    """Run each rule's bad script and fsdplint's fix of it under torchrun (needs the verify extra)."""
+    try:
+        import torch
+    except ImportError:
+        _fail("`fsdplint verify` needs torch: pip install 'fsdplint[verify]'")
+    # Imported here, not at the top: `fsdplint check` must never import torch.
+    from fsdplint import harness
+
+    try:
+        fixtures = fixtures or harness.default_fixtures()
+        cases = harness.load_cases(fixtures, _selectors(rules))
+        plan = harness.device_plan(device, nproc)
+    except harness.VerifyError as error:
+        _fail(str(error))
+    click.echo(f"Verifying {len(cases)} rule(s) from {fixtures} on {', '.join(f'{d} x {n}' for d, n in plan)} (torch {torch.__version__})")
+    click.echo(harness.TABLE_HEADER)
+    report = harness.verify_all(cases, plan, fixtures, timeout, torchrun_args, lambda row: click.echo(harness.format_row(row)))
+    click.echo(harness.summary(report))
+    if report_path:
+        for written in harness.write_report(report, report_path):
+            click.echo(f"wrote {written}")
+    sys.exit(0 if report.passed else 1)

@@ -1,0 +1,373 @@
+"""`fsdplint verify`: prove each rule by running it.
+
+For every rule with `<fixtures>/<CODE>/verify.toml`, run `bad.py` under torchrun and check that it
+shows the documented symptom (an error message, a hang cut short by the process-group timeout, or a
+wrong state the script measures), then run the script that fsdplint's own fix makes of `bad.py`
+(or `good.py`, for rules without a fix) and check that it trains. The expectations live in each
+`verify.toml`; nothing here knows a rule. Importing this module does not import torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+RESULT_PREFIX = "FSDPLINT_RESULT "
+PG_TIMEOUT_SECONDS = 15  # the scripts' process-group timeout: how long a hang lasts before it errors
+SYMPTOMS = ("error", "hang", "wrong-state")
+HANG_MESSAGES = ("Timed out", "timed out", "Timeout")  # a `hang` with no `match` of its own
+
+
+class VerifyError(Exception):
+    """A problem with the fixtures or the environment, not with a rule."""
+
+
+@dataclass
+class Case:
+    rule: str
+    folder: Path
+    bad: dict  # [bad] of verify.toml
+    fixed_source: str  # "fix" or "good"
+
+
+@dataclass
+class Run:
+    returncode: int | None  # None: killed at the wall-clock limit
+    output: str
+    seconds: float
+    result: dict | None = None
+
+    @property
+    def killed(self) -> bool:
+        return self.returncode is None
+
+
+@dataclass
+class Row:
+    rule: str
+    device: str
+    nproc: int
+    fixed_source: str
+    bad_ok: bool = False
+    bad_detail: str = ""
+    fixed_ok: bool = False
+    fixed_detail: str = ""
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.bad_ok and self.fixed_ok
+
+
+@dataclass
+class Report:
+    torch_version: str
+    python_version: str
+    platform: str
+    date: str
+    devices: list[str]
+    rows: list[Row] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.rows) and all(row.passed for row in self.rows)
+
+
+def default_fixtures() -> Path:
+    """The checkout's tests/fixtures (fsdplint is installed editable from it), else ./tests/fixtures."""
+    for base in (Path(__file__).resolve().parent.parent, Path.cwd()):
+        candidate = base / "tests" / "fixtures"
+        if candidate.is_dir():
+            return candidate
+    raise VerifyError("no tests/fixtures folder found; pass --fixtures DIR")
+
+
+def load_cases(fixtures: Path, rules: Iterable[str] = ()) -> list[Case]:
+    wanted = {rule.upper() for rule in rules}
+    cases = []
+    for spec in sorted(fixtures.glob("*/verify.toml")):
+        folder = spec.parent
+        if wanted and folder.name.upper() not in wanted:
+            continue
+        with spec.open("rb") as handle:
+            expectation = tomllib.load(handle)
+        bad = expectation.get("bad", {})
+        source = expectation.get("fixed", {}).get("source", "fix")
+        if bad.get("symptom") not in SYMPTOMS:
+            raise VerifyError(f"{spec}: [bad] symptom must be one of {', '.join(SYMPTOMS)}")
+        if bad["symptom"] == "wrong-state" and not bad.get("check"):
+            raise VerifyError(f"{spec}: a wrong-state symptom needs `check`, the result key that must fail")
+        if source not in ("fix", "good"):
+            raise VerifyError(f"{spec}: [fixed] source must be fix or good")
+        cases.append(Case(folder.name.upper(), folder, bad, source))
+    missing = wanted - {case.rule for case in cases}
+    if missing:
+        raise VerifyError(f"no verify.toml for {', '.join(sorted(missing))} under {fixtures}")
+    if not cases:
+        raise VerifyError(f"no */verify.toml under {fixtures}")
+    return cases
+
+
+def device_plan(requested: str, nproc: int | None) -> list[tuple[str, int]]:
+    """(device, ranks) per run: CPU with 2 ranks; CUDA with one rank per GPU, and on a single GPU also
+    2 CPU ranks, since some symptoms need a second rank."""
+    import torch
+
+    if requested == "auto":
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cpu":
+        return [("cpu", nproc or 2)]
+    if not torch.cuda.is_available():
+        raise VerifyError("--device cuda: no CUDA device is visible")
+    ranks = nproc or torch.cuda.device_count()
+    return [("cuda", ranks), ("cpu", 2)] if ranks == 1 else [("cuda", ranks)]
+
+
+def _process_groups(root: int) -> set[int]:
+    """The process groups of `root` and all its descendants. torchrun starts each rank in a session of
+    its own, so killing torchrun's group alone would leave the ranks running; /proc finds them (where
+    there is no /proc, only torchrun's group is known)."""
+    children: dict[int, list[tuple[int, int]]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            _state, parent, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+            children.setdefault(int(parent), []).append((int(stat.parent.name), int(group)))
+    groups, pending = {root}, [root]
+    while pending:
+        for pid, group in children.get(pending.pop(), []):
+            groups.add(group)
+            pending.append(pid)
+    return groups
+
+
+def run_script(script: Path, fixtures: Path, device: str, nproc: int, timeout: float, torchrun_args: tuple[str, ...] = ()) -> Run:
+    """Run under torchrun in a session of its own; past `timeout`, kill it and every rank."""
+    launch = list(torchrun_args) or ["--standalone"]
+    command = [sys.executable, "-m", "torch.distributed.run", *launch, f"--nproc_per_node={nproc}", str(script)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(fixtures), os.environ.get("PYTHONPATH")])),
+        "FSDPLINT_DEVICE": device,
+        "FSDPLINT_PG_TIMEOUT": str(PG_TIMEOUT_SECONDS),
+        "OMP_NUM_THREADS": "1",  # torchrun would warn and pick 1 anyway; ranks share the cores
+    }
+    start = time.monotonic()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    try:
+        output, _ = process.communicate(timeout=timeout)
+        returncode: int | None = process.returncode
+    except subprocess.TimeoutExpired:
+        for group in _process_groups(process.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+        output, _ = process.communicate()
+        returncode = None
+    results = [json.loads(line[len(RESULT_PREFIX):]) for line in output.splitlines() if line.startswith(RESULT_PREFIX)]
+    return Run(returncode, output, time.monotonic() - start, results[-1] if results else None)
+
+
+def failed_checks(result: dict) -> list[str]:
+    """The checks a result fails; a script that trains passes them all, extras (any boolean) included."""
+    failed = []
+    losses = result.get("losses") or []
+    if len(losses) < 2 or not losses[-1] < losses[0]:
+        failed.append("loss_decreases")
+    if result.get("params_updated") != result.get("params_total"):
+        failed.append("params_updated")
+    failed += [check for check in ("finite", "ranks_agree") if result.get(check) is not True]
+    failed += [key for key, value in result.items() if value is False and key not in failed]
+    return failed
+
+
+# The line a traceback ends with, maybe behind torchrun's "[rank0]: " prefix.
+_EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)\b.*)$")
+
+
+def last_error(output: str) -> str:
+    """The last exception a rank raised, else the last line printed: short enough for a table cell."""
+    errors = [match.group(1) for match in map(_EXCEPTION_LINE.match, output.splitlines()) if match]
+    errors = [line for line in errors if not line.startswith("torch.distributed.elastic")]  # torchrun's own summary
+    lines = [line for line in output.splitlines() if line.strip()]
+    text = errors[-1] if errors else lines[-1] if lines else "no output"
+    return text.strip()[:160]
+
+
+def _describe(result: dict) -> str:
+    losses = result.get("losses") or [float("nan")]
+    return f"loss {losses[0]:.3g}→{losses[-1]:.3g}, {result.get('params_updated')}/{result.get('params_total')} updated"
+
+
+def _ended(run: Run) -> str:
+    return f"killed after {run.seconds:.0f} s" if run.killed else f"exit {run.returncode}: {last_error(run.output)}"
+
+
+def judge_bad(bad: dict, run: Run) -> tuple[bool, str]:
+    """Whether the bad script showed its documented symptom, and what it did."""
+    symptom = bad["symptom"]
+    if symptom == "wrong-state":
+        check = bad["check"]
+        if run.returncode != 0 or run.result is None:
+            return False, f"expected wrong {check}, but the script did not finish: {_ended(run)}"
+        if check in failed_checks(run.result):
+            shown = _describe(run.result) if check in ("loss_decreases", "params_updated") else f"{check}={run.result.get(check)}"
+            return True, f"wrong {check}: {shown}"
+        return False, f"expected wrong {check}, but the script trained: {_describe(run.result)}"
+    if symptom == "hang" and run.killed:
+        return True, f"hang: killed after {run.seconds:.0f} s"
+    expected = [bad["match"]] if bad.get("match") else list(HANG_MESSAGES) if symptom == "hang" else []
+    seen = next((text for text in expected if text in run.output), None)
+    if run.returncode not in (0, None) and (seen or not expected):
+        return True, f"{symptom}: {seen or last_error(run.output)}"
+    wanted = f"{symptom} `{expected[0]}`" if expected else symptom
+    return False, f"expected {wanted}, got {'exit 0' if run.returncode == 0 else _ended(run)}"
+
+
+def judge_fixed(run: Run) -> tuple[bool, str]:
+    """Whether the fixed script trains: exit 0 and every check of its result line holds."""
+    if run.returncode != 0:
+        return False, _ended(run)
+    if run.result is None:
+        return False, f"exit 0 but no {RESULT_PREFIX.strip()} line"
+    failed = failed_checks(run.result)
+    if failed:
+        return False, f"failed {', '.join(failed)}: {_describe(run.result)}"
+    return True, _describe(run.result)
+
+
+def fixed_script(case: Case, workdir: Path) -> Path | None:
+    """fsdplint's own fix of bad.py, made in memory and written to `workdir`, or good.py; None when
+    the fix changes nothing."""
+    if case.fixed_source == "good":
+        return case.folder / "good.py"
+    # Looked up at call time, so that a test can swap in a broken fix.
+    from fsdplint import api
+
+    bad_path = case.folder / "bad.py"
+    bad = bad_path.read_text(encoding="utf-8")
+    fixed = api.fix_source(bad, str(bad_path), select=[case.rule], unsafe_fixes=True)
+    if fixed == bad:
+        return None
+    path = workdir / case.rule / "fixed.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(fixed, encoding="utf-8")
+    return path
+
+
+def verify_case(case: Case, device: str, nproc: int, fixtures: Path, timeout: float, torchrun_args: tuple[str, ...], workdir: Path) -> Row:
+    row = Row(case.rule, device, nproc, "fsdplint fix" if case.fixed_source == "fix" else "good.py")
+    bad_run = run_script(case.folder / "bad.py", fixtures, device, nproc, timeout, torchrun_args)
+    row.bad_ok, row.bad_detail = judge_bad(case.bad, bad_run)
+    row.seconds = bad_run.seconds
+    script = fixed_script(case, workdir)
+    if script is None:
+        row.fixed_detail = "fix produced no change"
+        return row
+    fixed_run = run_script(script, fixtures, device, nproc, timeout, torchrun_args)
+    row.fixed_ok, row.fixed_detail = judge_fixed(fixed_run)
+    row.seconds += fixed_run.seconds
+    return row
+
+
+def describe_devices(plan: list[tuple[str, int]]) -> list[str]:
+    import torch
+
+    names = {"cpu": f"CPU ({platform.processor() or platform.machine()}), gloo"}
+    if any(device == "cuda" for device, _ in plan):
+        names["cuda"] = f"{torch.cuda.get_device_name(0)}, NCCL"
+    return [f"{device} × {nproc}: {names[device]}" for device, nproc in plan]
+
+
+def verify_all(cases: list[Case], plan: list[tuple[str, int]], fixtures: Path, timeout: float,
+               torchrun_args: tuple[str, ...] = (), progress: Callable[[Row], None] = lambda row: None) -> Report:
+    import torch
+
+    report = Report(
+        torch_version=torch.__version__,
+        python_version=platform.python_version(),
+        platform=platform.platform(),
+        date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        devices=describe_devices(plan),
+    )
+    with tempfile.TemporaryDirectory(prefix="fsdplint-verify-") as workdir:
+        for case in cases:
+            for device, nproc in plan:
+                row = verify_case(case, device, nproc, fixtures, timeout, torchrun_args, Path(workdir))
+                report.rows.append(row)
+                progress(row)
+    return report
+
+
+TABLE_HEADER = f"{'':4}  {'rule':<8} {'device':<7} {'secs':>5}  {'bad: symptom seen':<52}  fixed: trains?"
+
+
+def format_row(row: Row) -> str:
+    bad = ("" if row.bad_ok else "NO: ") + row.bad_detail
+    fixed = ("" if row.fixed_ok else "NO: ") + f"{row.fixed_detail} ({row.fixed_source})"
+    return f"{'PASS' if row.passed else 'FAIL'}  {row.rule:<8} {row.device}x{row.nproc:<3} {row.seconds:5.1f}  {bad:<52}  {fixed}"
+
+
+def summary(report: Report) -> str:
+    failed = [f"{row.rule} ({row.device})" for row in report.rows if not row.passed]
+    verdict = "all verified" if not failed else f"FAILED: {', '.join(failed)}"
+    return f"{len(report.rows) - len(failed)}/{len(report.rows)} passed; {verdict}."
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("`", "'")
+
+
+def markdown(report: Report) -> str:
+    lines = [
+        "# Verification",
+        "",
+        "Generated by `fsdplint verify --report docs/verification`. For each rule, `bad.py` runs under torchrun",
+        "and must show the symptom its `verify.toml` documents; then the script fsdplint's own fix makes of",
+        "`bad.py` (or `good.py`, for rules without a fix) must train: exit 0, finite and decreasing loss,",
+        "every parameter updated, ranks in agreement, and every extra check true (a checkpoint a fresh",
+        "process can load, ...). The expectations come from each rule's `tests/fixtures/<CODE>/verify.toml`.",
+        "",
+        "To reproduce: `pip install 'fsdplint[verify]'`, then `fsdplint verify` from the checkout",
+        "(`--device cpu|cuda|auto`, `--rule CODE`, `--nproc N`, `--timeout S`; for several nodes,",
+        "`--torchrun-arg=--nnodes=2 --torchrun-arg=--rdzv-endpoint=HOST:PORT ...` replaces `--standalone`).",
+        "",
+        f"- torch {report.torch_version}, Python {report.python_version}, {report.platform}",
+        *[f"- {device}" for device in report.devices],
+        f"- {report.date}",
+        "",
+        "| Rule | Device | Bad script: symptom seen | Fixed by | Fixed script trains? | Seconds | Result |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in report.rows:
+        bad = ("" if row.bad_ok else "NO: ") + row.bad_detail
+        fixed = ("" if row.fixed_ok else "NO: ") + row.fixed_detail
+        lines.append(f"| {row.rule} | {row.device} × {row.nproc} | {_cell(bad)} | {row.fixed_source} | {_cell(fixed)} "
+                     f"| {row.seconds:.1f} | {'pass' if row.passed else '**FAIL**'} |")
+    lines += ["", summary(report), ""]
+    return "\n".join(lines)
+
+
+def write_report(report: Report, path: Path) -> list[Path]:
+    """PATH.json and PATH.md (PATH may end in .json or .md)."""
+    base = path.with_suffix("") if path.suffix in (".json", ".md") else path
+    json_path, md_path = base.with_name(base.name + ".json"), base.with_name(base.name + ".md")
+    data = {**asdict(report), "passed": report.passed, "rows": [{**asdict(row), "passed": row.passed} for row in report.rows]}
+    json_path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    md_path.write_text(markdown(report), encoding="utf-8")
+    return [json_path, md_path]

@@ -1,0 +1,146 @@
+"""`fsdplint verify`: it passes a real fix, and fails a rule when the fix does not fix, when the fix
+changes nothing, or when the bad script shows no symptom. The torchrun runs need the verify extra."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import fsdplint.api
+from fsdplint import harness
+from fsdplint.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SELF_TESTS = Path(__file__).parent / "harness_fixtures"
+
+try:
+    import torch  # noqa: F401
+
+    HAS_TORCH = True
+except ImportError:
+    HAS_TORCH = False
+needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="the verify extra (torch) is not installed")
+
+
+@pytest.fixture
+def self_tests(tmp_path: Path) -> Path:
+    """The harness's self-test cases beside the real fixtures' support module."""
+    shutil.copy(FIXTURES / "fixture_support.py", tmp_path)
+    for case in SELF_TESTS.iterdir():
+        if case.is_dir():
+            shutil.copytree(case, tmp_path / case.name)
+    return tmp_path
+
+
+def verify(fixtures: Path, *rules: str, report: Path | None = None):
+    args = ["verify", "--device", "cpu", "--fixtures", str(fixtures), *(f"--rule={rule}" for rule in rules)]
+    return CliRunner().invoke(main, args + (["--report", str(report)] if report else []))
+
+
+@needs_torch
+def test_a_fix_that_fixes_passes(self_tests: Path, tmp_path: Path):
+    result = verify(self_tests, "FSDP104", report=tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    assert "PASS  FSDP104" in result.output and "wrong params_updated" in result.output and "1/1 passed" in result.output
+    assert "| FSDP104 | cpu × 2 |" in (tmp_path / "out.md").read_text()
+    assert '"passed": true' in (tmp_path / "out.json").read_text()
+
+
+@needs_torch
+def test_a_fix_that_does_not_fix_fails_the_rule(self_tests: Path, monkeypatch):
+    # A broken fix: it changes the text but leaves the optimizer holding the unsharded parameters.
+    monkeypatch.setattr(fsdplint.api, "fix_source", lambda text, *args, **kwargs: text + "# 'fixed'\n")
+    result = verify(self_tests, "FSDP104")
+    assert result.exit_code == 1
+    assert "FAIL  FSDP104" in result.output and "NO: failed" in result.output and "0/8 updated (fsdplint fix)" in result.output
+
+
+@needs_torch
+def test_a_fix_that_changes_nothing_fails_the_rule(self_tests: Path, monkeypatch):
+    monkeypatch.setattr(fsdplint.api, "fix_source", lambda text, *args, **kwargs: text)
+    result = verify(self_tests, "FSDP104")
+    assert result.exit_code == 1
+    assert "FAIL  FSDP104" in result.output and "fix produced no change" in result.output
+
+
+@needs_torch
+def test_a_bad_script_that_trains_fails_the_rule(self_tests: Path):
+    result = verify(self_tests, "TRAINS")
+    assert result.exit_code == 1
+    assert "FAIL  TRAINS" in result.output and "but the script trained" in result.output
+
+
+@needs_torch
+def test_a_hang_is_killed_with_every_rank(tmp_path: Path):
+    run = harness.run_script(SELF_TESTS / "hangs.py", tmp_path, "cpu", 2, timeout=15)
+    assert run.killed
+    assert harness.judge_bad({"symptom": "hang"}, run)[0]
+    pids = [int(line.split()[-1]) for line in run.output.splitlines() if line.startswith("PID ")]
+    assert len(pids) == 2
+    for pid in pids:  # gone, or a zombie waiting for init to reap it
+        status = Path(f"/proc/{pid}/status")
+        assert not status.exists() or "\nState:\tZ" in status.read_text()
+
+
+@needs_torch
+def test_every_rule_verifies_on_cpu():
+    result = CliRunner().invoke(main, ["verify", "--device", "cpu", "--fixtures", str(FIXTURES)])
+    assert result.exit_code == 0, result.output
+
+
+def test_symptoms_are_judged_from_verify_toml():
+    error = harness.Run(1, "RuntimeError: got mixed torch.Tensor and DTensor\n", 1.0)
+    assert harness.judge_bad({"symptom": "error", "match": "got mixed"}, error) == (True, "error: got mixed")
+    assert not harness.judge_bad({"symptom": "error", "match": "no_sync"}, error)[0]
+    assert not harness.judge_bad({"symptom": "error", "match": "got mixed"}, harness.Run(0, "got mixed", 1.0))[0]
+    timed_out = harness.Run(1, "[rank0]: RuntimeError: [../gloo/transport/tcp/pair.cc:534] Timed out waiting 15000ms\n", 16.0)
+    assert harness.judge_bad({"symptom": "hang"}, timed_out)[0]
+    assert harness.judge_bad({"symptom": "hang", "match": "Timed out"}, harness.Run(None, "", 180.0))[0]
+    assert not harness.judge_bad({"symptom": "hang"}, error)[0]
+
+
+def test_training_checks_read_every_boolean():
+    trained = {"losses": [1.0, 0.5], "params_updated": 8, "params_total": 8, "finite": True, "ranks_agree": True}
+    assert harness.failed_checks(trained) == []
+    assert harness.failed_checks({**trained, "checkpoint_loads": False}) == ["checkpoint_loads"]
+    assert harness.failed_checks({**trained, "losses": [1.0, 1.5], "params_updated": 0}) == ["loss_decreases", "params_updated"]
+    wrong = harness.Run(0, "", 1.0, {**trained, "params_updated": 0})
+    assert harness.judge_bad({"symptom": "wrong-state", "check": "params_updated"}, wrong) == (True, "wrong params_updated: loss 1→0.5, 0/8 updated")
+    assert harness.judge_fixed(wrong) == (False, "failed params_updated: loss 1→0.5, 0/8 updated")
+
+
+def test_verify_toml_is_validated(tmp_path: Path):
+    (tmp_path / "FSDP999").mkdir()
+    (tmp_path / "FSDP999" / "verify.toml").write_text('[bad]\nsymptom = "wrong-state"\n')
+    with pytest.raises(harness.VerifyError, match="needs `check`"):
+        harness.load_cases(tmp_path)
+    with pytest.raises(harness.VerifyError, match="no verify.toml for FSDP000"):
+        harness.load_cases(tmp_path, ["FSDP000"])
+
+
+def test_without_torch_verify_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
+    result = CliRunner().invoke(main, ["verify"])
+    assert result.exit_code == 2
+    assert "pip install 'fsdplint[verify]'" in result.output
+
+
+def test_linting_never_imports_torch(tmp_path: Path):
+    script = tmp_path / "train.py"
+    script.write_text("from torch.distributed.fsdp import fully_shard\nfully_shard(model)\nmodel.forward(x)\n")
+    probe = (
+        "import sys\n"
+        "from fsdplint.cli import main\n"
+        f"try:\n    main(['check', {str(script)!r}])\n"
+        "except SystemExit:\n    pass\n"
+        "assert 'torch' not in sys.modules, 'fsdplint check imported torch'\n"
+        "import fsdplint.harness\n"
+        "assert 'torch' not in sys.modules, 'importing fsdplint.harness imported torch'\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stderr
