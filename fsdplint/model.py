@@ -685,6 +685,9 @@ class _Walker:
             if method in _GATHERS:
                 return Value(event=event)
             return Value(event=event, params_of=receiver.params_of)
+        if (isinstance(func, cst.Attribute) and qname is None and func.attr.value in _RETURNS_SELF
+                and receiver.event is not None and receiver.event.kind == CALL):
+            return receiver  # `nn.Linear(4, 4).to(device)` is still the module `nn.Linear(...)` built
         callee_ref = self.ref_of(func) if qname is None else None
         if callee_ref is not None:
             return Value(event=self.emit(CALL_VALUE, node, targets=(callee_ref,), **common))

@@ -124,6 +124,19 @@ def test_near_misses_stay_silent():
     """) == []
 
 
+def test_a_layer_moved_to_a_device_is_still_that_layer():
+    # `nn.Linear(...).to(device)`: a single layer has nothing inside to shard first, so no FSDP101;
+    # a model built the same way does.
+    assert codes("""
+    import torch.nn as nn
+    from torch.distributed.fsdp import fully_shard
+    probe = nn.Linear(16, 1).to(device)
+    fully_shard(probe)
+    model = Net().to(device)
+    fully_shard(model)
+    """) == [(7, "FSDP101")]
+
+
 def test_noqa_suppresses_and_unused_noqa_is_reported():
     assert codes("""
     from torch.distributed.fsdp import fully_shard
