@@ -31,8 +31,8 @@ class Candidate:
     display: str
 
 
-def _spec(patterns: list[str]) -> pathspec.PathSpec:
-    return pathspec.PathSpec.from_lines("gitwildmatch", patterns)
+def _spec(patterns: list[str]) -> pathspec.GitIgnoreSpec:
+    return pathspec.GitIgnoreSpec.from_lines(patterns)
 
 
 def _gitignore(folder: Path) -> pathspec.PathSpec | None:

@@ -114,6 +114,19 @@ def test_training_checks_read_every_boolean():
     assert harness.judge_fixed(wrong) == (False, "failed params_updated: loss 1→0.5, 0/8 updated")
 
 
+def test_a_run_that_fails_once_is_run_again_and_the_row_says_so(tmp_path: Path, monkeypatch):
+    trained = {"losses": [1.0, 0.5], "params_updated": 8, "params_total": 8, "finite": True, "ranks_agree": True}
+    aborted = harness.Run(-6, "terminate called without an active exception\n", 3.0)
+    runs = {"flaky": [aborted, harness.Run(0, "", 4.0, trained)], "broken": [aborted, aborted]}
+    monkeypatch.setattr(harness, "run_script", lambda script, *args: runs[script.name].pop(0))
+    ok, detail, seconds = harness._run_and_judge(tmp_path / "flaky", harness.judge_fixed, tmp_path, "cpu", 2, 60, ())
+    assert ok and seconds == 7.0
+    assert detail == "loss 1→0.5, 8/8 updated (2nd run; 1st: exit -6: terminate called without an active exception)"
+    ok, detail, _ = harness._run_and_judge(tmp_path / "broken", harness.judge_fixed, tmp_path, "cpu", 2, 60, ())
+    assert not ok and detail.startswith("exit -6")
+    assert runs == {"flaky": [], "broken": []}
+
+
 def test_verify_toml_is_validated(tmp_path: Path):
     (tmp_path / "FSDP999").mkdir()
     (tmp_path / "FSDP999" / "verify.toml").write_text('[bad]\nsymptom = "wrong-state"\n')
