@@ -77,7 +77,8 @@ def test_a_bad_script_that_trains_fails_the_rule(self_tests: Path):
 
 @needs_torch
 def test_a_hang_is_killed_with_every_rank(tmp_path: Path):
-    run = harness.run_script(SELF_TESTS / "hangs.py", tmp_path, "cpu", 2, timeout=15)
+    # Long enough for torchrun to start both ranks on a loaded 2-core CI machine (15 s was not).
+    run = harness.run_script(SELF_TESTS / "hangs.py", tmp_path, "cpu", 2, timeout=45)
     assert run.killed
     assert harness.judge_bad({"symptom": "hang"}, run)[0]
     pids = [int(line.split()[-1]) for line in run.output.splitlines() if line.startswith("PID ")]
