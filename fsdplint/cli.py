@@ -13,9 +13,9 @@ from pathlib import Path
 import click
 
 from fsdplint import __version__
-from fsdplint.config import ConfigError, Settings, load_settings
+from fsdplint.config import ConfigError, load_settings, select_rules
 from fsdplint.discovery import DiscoveryError, discover
-from fsdplint.rule import RuleSet, render_doc
+from fsdplint.rule import render_doc
 from fsdplint.source import SourceError, decode_source, write_atomically
 
 
@@ -41,22 +41,6 @@ def _fail(message: str) -> None:
 
 def _selectors(values: tuple[str, ...]) -> list[str]:
     return [item.strip() for value in values for item in value.split(",") if item.strip()]
-
-
-def _select_rules(ruleset: RuleSet, settings: Settings, select: list[str], extend_select: list[str], ignore: list[str]):
-    chosen: dict[str, type] = {}
-    for selector in (select or settings.select) + settings.extend_select + extend_select:
-        rules = ruleset.expand(selector)
-        if not rules:
-            _fail(f"unknown rule selector `{selector}` (see `fsdplint rule --all`)")
-        chosen.update((rule.code, rule) for rule in rules)
-    for selector in settings.ignore + ignore:
-        rules = ruleset.expand(selector)
-        if not rules:
-            _fail(f"unknown rule selector `{selector}` in ignore (see `fsdplint rule --all`)")
-        for rule in rules:
-            chosen.pop(rule.code, None)
-    return sorted(chosen.values(), key=lambda rule: rule.code)
 
 
 @main.command()
@@ -87,7 +71,10 @@ def check(paths, select, extend_select, ignore, fix, unsafe_fixes, diff, output_
     except ConfigError as error:
         _fail(str(error))
     ruleset = all_rules()
-    selected = _select_rules(ruleset, settings, _selectors(select), _selectors(extend_select), _selectors(ignore))
+    try:
+        selected = select_rules(ruleset, settings, _selectors(select), _selectors(extend_select), _selectors(ignore))
+    except ConfigError as error:
+        _fail(str(error))
     engine = Engine(ruleset, selected, settings)
 
     stdin_source = None

@@ -6,13 +6,15 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fsdplint.rule import Rule, RuleSet
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 
-class ConfigError(Exception):
+class ConfigError(ValueError):
     """A configuration problem; the message is shown to the user as is."""
 
 
@@ -83,3 +85,20 @@ def load_settings(config_path: Path | None, start: Path) -> Settings:
         raise ConfigError(f"{path}: [tool.fsdplint] per-file-ignores must be a table of pattern = [codes]")
     settings.per_file_ignores = {pattern: _string_list(path, f"per-file-ignores.{pattern}", codes) for pattern, codes in per_file.items()}
     return settings
+
+
+def select_rules(ruleset: RuleSet, settings: Settings, select: list[str], extend_select: list[str], ignore: list[str]) -> list[type[Rule]]:
+    """The rules to run: `select` (else the configured selection) plus the extensions, less `ignore`."""
+    chosen: dict[str, type[Rule]] = {}
+    for selector in (select or settings.select) + settings.extend_select + extend_select:
+        rules = ruleset.expand(selector)
+        if not rules:
+            raise ConfigError(f"unknown rule selector `{selector}` (see `fsdplint rule --all`)")
+        chosen.update((rule.code, rule) for rule in rules)
+    for selector in settings.ignore + ignore:
+        rules = ruleset.expand(selector)
+        if not rules:
+            raise ConfigError(f"unknown rule selector `{selector}` in ignore (see `fsdplint rule --all`)")
+        for rule in rules:
+            chosen.pop(rule.code, None)
+    return sorted(chosen.values(), key=lambda rule: rule.code)

@@ -71,9 +71,10 @@ class Result:
 
 
 class Engine:
-    def __init__(self, ruleset: RuleSet, selected: list[type[Rule]], settings: Settings) -> None:
+    def __init__(self, ruleset: RuleSet, selected: list[type[Rule]], settings: Settings, line_noqa: bool = True) -> None:
         self.ruleset = ruleset
         self.settings = settings
+        self.line_noqa = line_noqa
         self.selected_codes = {rule.code for rule in selected} | ALWAYS_ON
         self.rules = [rule() for rule in selected if not rule.engine_only]
         self.triggers = tuple(sorted({token for rule in self.rules for token in rule.trigger_tokens}))
@@ -238,6 +239,8 @@ class Engine:
             if path not in by_path and OUR_PREFIX not in source.text:
                 continue  # nothing to suppress and no fsdplint code a noqa could name
             suppressions = parse_suppressions(source.text)
+            if not self.line_noqa:
+                suppressions.lines.clear()  # a host tool (flake8) applies its own `# noqa`
             ignored = self._ignored_by_path(path)
             for diagnostic in by_path.get(path, []):
                 if diagnostic.code not in self.selected_codes or diagnostic.code in ignored:
@@ -281,11 +284,11 @@ class Engine:
                     chosen.append(diagnostic)
                     touched |= nodes
             text = apply_fixes(model, [d.fix for d in chosen])
-            if not _parses(text):
+            if not parses(text):
                 # Keep the fixes that parse on their own; drop and report the others.
                 good = []
                 for diagnostic in chosen:
-                    if _parses(apply_fixes(model, [d.fix for d in good + [diagnostic]])):
+                    if parses(apply_fixes(model, [d.fix for d in good + [diagnostic]])):
                         good.append(diagnostic)
                     else:
                         dropped.add((diagnostic.path, diagnostic.code, diagnostic.line, diagnostic.column))
@@ -299,7 +302,7 @@ class Engine:
         return applied
 
 
-def _parses(text: str) -> bool:
+def parses(text: str) -> bool:
     try:
         ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
