@@ -45,6 +45,7 @@ __all__ = [
     "check_source",
     "find_config",
     "fix_source",
+    "text_edits",
 ]
 
 Severity = Literal["error", "warning"]
@@ -168,6 +169,24 @@ def apply_edits(text: str, edits: Iterable[TextEdit]) -> str:
     return "".join(pieces) + text[done:]
 
 
+def text_edits(before: str, after: str) -> tuple[TextEdit, ...]:
+    """Small edits that turn `before` into `after` (e.g. into `fix_source`'s output): the changed runs
+    of lines, trimmed to the characters that changed."""
+    old_lines, new_lines = _lines(before), _lines(after)
+    starts = _line_starts(before)
+    edits = []
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        start, end = starts[i1], starts[i2]
+        old, new = before[start:end], "".join(new_lines[j1:j2])
+        prefix = len(os.path.commonprefix([old, new]))
+        suffix = len(os.path.commonprefix([old[prefix:][::-1], new[prefix:][::-1]]))
+        edits.append(TextEdit(Range(_position(starts, start + prefix), _position(starts, end - suffix)), new[prefix:len(new) - suffix]))
+    return tuple(edits)
+
+
 def find_config(path: str | Path) -> Path | None:
     """The nearest pyproject.toml with a `[tool.fsdplint]` table at or above `path`, if any."""
     return find_pyproject(Path(path))
@@ -209,7 +228,7 @@ def _public_fix(diagnostic: _EngineDiagnostic) -> Fix | None:
     after = apply_fixes(diagnostic.file, [diagnostic.fix])
     if after == before or not parses(after):
         return None
-    return Fix(diagnostic.fix.message, "safe" if diagnostic.fix.safe else "unsafe", _text_edits(before, after))
+    return Fix(diagnostic.fix.message, "safe" if diagnostic.fix.safe else "unsafe", text_edits(before, after))
 
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
@@ -239,20 +258,3 @@ def _offset(text: str, starts: list[int], position: Position) -> int:
     if offset > (starts[position.line] if position.line < len(starts) else len(text)):
         raise ValueError(f"position {position.line}:{position.column} is outside the text")
     return offset
-
-
-def _text_edits(before: str, after: str) -> tuple[TextEdit, ...]:
-    """Small edits that turn `before` into `after`: changed runs of lines, trimmed to the changed characters."""
-    old_lines, new_lines = _lines(before), _lines(after)
-    starts = _line_starts(before)
-    edits = []
-    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            continue
-        start, end = starts[i1], starts[i2]
-        old, new = before[start:end], "".join(new_lines[j1:j2])
-        prefix = len(os.path.commonprefix([old, new]))
-        suffix = len(os.path.commonprefix([old[prefix:][::-1], new[prefix:][::-1]]))
-        edits.append(TextEdit(Range(_position(starts, start + prefix), _position(starts, end - suffix)), new[prefix:len(new) - suffix]))
-    return tuple(edits)

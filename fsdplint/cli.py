@@ -182,3 +182,15 @@ def verify(rules, device, nproc, timeout, report_path, fixtures, torchrun_args) 
         for written in harness.write_report(report, report_path):
             click.echo(f"wrote {written}")
     sys.exit(0 if report.passed else 1)
+
+
+@main.command()
+def server() -> None:
+    """Run the language server on stdin/stdout, for editors (needs the lsp extra)."""
+    try:
+        from fsdplint.server import serve
+    except ImportError as error:
+        if (error.name or "").split(".")[0] not in ("pygls", "lsprotocol"):
+            raise
+        _fail("`fsdplint server` needs pygls: pip install 'fsdplint[lsp]'")
+    serve()

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fsdplint.api import Position, Range, TextEdit, apply_edits, check_source, find_config, fix_source
-from fsdplint.api import _text_edits
+from fsdplint.api import Position, Range, TextEdit, apply_edits, check_source, find_config, fix_source, text_edits
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -61,7 +60,7 @@ def test_each_fixture_fix_as_edits_removes_its_finding(folder: Path):
     ("", "import os\n"),
 ])
 def test_text_edits_reproduce_the_new_text(before: str, after: str):
-    edits = _text_edits(before, after)
+    edits = text_edits(before, after)
     assert apply_edits(before, edits) == after
     assert sum(len(edit.new_text) for edit in edits) <= len(after)
 
