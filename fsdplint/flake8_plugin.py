@@ -3,7 +3,8 @@
 flake8 owns everything around the findings: selection (`--select`, `--extend-ignore`), its
 `per-file-ignores`, and `# noqa` comments, including `--disable-noqa`. So every rule runs here, line
 `# noqa` comments are left to flake8, and `[tool.fsdplint]` is not read. flake8 only accepts plugin
-codes of up to three letters, so the plugin registers as `FSD`, the prefix of every FSDPnnn code.
+codes of up to three letters, so the plugin registers as `FSD`, the prefix of every FSDPnnn code
+(a config file's `ignore` takes only such codes; `select`, `per-file-ignores` and noqa take `FSDP103`).
 Each file is checked on its own (the CLI also follows calls across files).
 """
 
