@@ -181,8 +181,8 @@ def text_edits(before: str, after: str) -> tuple[TextEdit, ...]:
             continue
         start, end = starts[i1], starts[i2]
         old, new = before[start:end], "".join(new_lines[j1:j2])
-        prefix = len(os.path.commonprefix([old, new]))
-        suffix = len(os.path.commonprefix([old[prefix:][::-1], new[prefix:][::-1]]))
+        prefix = _whole_words(old, new, len(os.path.commonprefix([old, new])))
+        suffix = _whole_words(old[::-1], new[::-1], len(os.path.commonprefix([old[prefix:][::-1], new[prefix:][::-1]])))
         edits.append(TextEdit(Range(_position(starts, start + prefix), _position(starts, end - suffix)), new[prefix:len(new) - suffix]))
     return tuple(edits)
 
@@ -190,6 +190,16 @@ def text_edits(before: str, after: str) -> tuple[TextEdit, ...]:
 def find_config(path: str | Path) -> Path | None:
     """The nearest pyproject.toml with a `[tool.fsdplint]` table at or above `path`, if any."""
     return find_pyproject(Path(path))
+
+
+def _whole_words(old: str, new: str, common: int) -> int:
+    """`common`, shortened so that cutting both texts there splits no word (an edit reads `for`, not `or`)."""
+    def splits_word(text: str) -> bool:
+        return 0 < common < len(text) and _WORD.match(text[common - 1]) is not None and _WORD.match(text[common]) is not None
+
+    while common and (splits_word(old) or splits_word(new)):
+        common -= 1
+    return common
 
 
 def _engine(select: Sequence[str] | None, ignore: Sequence[str] | None, config: str | Path | None, line_noqa: bool) -> Engine:
@@ -231,6 +241,7 @@ def _public_fix(diagnostic: _EngineDiagnostic) -> Fix | None:
     return Fix(diagnostic.fix.message, "safe" if diagnostic.fix.safe else "unsafe", text_edits(before, after))
 
 
+_WORD = re.compile(r"\w")
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 
 

@@ -48,7 +48,7 @@ class FsdplintServer(LanguageServer):
         cached = self.checked.get(uri)
         if cached and cached.version == document.version and cached.text == document.source:
             return cached
-        path, config = _path_and_config(document)
+        path, config = _path_and_config(document, self.workspace.root_path)
         try:
             found = api.check_source(document.source, path, config=config)
         except ValueError as error:  # a bad [tool.fsdplint] table: say so, report nothing
@@ -69,17 +69,18 @@ class FsdplintServer(LanguageServer):
         self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
 
-def _path_and_config(document: TextDocument) -> tuple[str, Path | None]:
-    """The path checks see (relative to the project, for `per-file-ignores`) and the project's config."""
+def _path_and_config(document: TextDocument, root: str | None) -> tuple[str, Path | None]:
+    """The path checks see and the project's config. The path is relative to the config's folder
+    (what `per-file-ignores` patterns match), else to the workspace, as the CLI shows paths."""
     if not document.path or not document.uri.startswith("file:"):
         return document.uri, None  # an unsaved buffer: default settings
     config = api.find_config(document.path)
-    if config is None:
-        return document.path, None
+    base = config.parent if config else Path(root) if root else None
     try:
-        return Path(document.path).relative_to(config.parent).as_posix(), config
+        path = Path(document.path).relative_to(base).as_posix() if base else document.path
     except ValueError:
-        return document.path, config
+        path = document.path
+    return path, config
 
 
 def _lsp_position(position: api.Position, lines: list[str], document: TextDocument) -> types.Position:

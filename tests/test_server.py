@@ -180,17 +180,13 @@ def test_diagnostics_and_quick_fixes_over_stdio(project: Path, encoding: str):
 
     client.notify("textDocument/didClose", {"textDocument": {"uri": other}})
     assert client.notification("textDocument/publishDiagnostics", other)["diagnostics"] == []
-    assert client.close() == 0
 
-
-def test_project_config_applies_in_the_editor(project: Path):
-    (project / "pyproject.toml").write_text('[tool.fsdplint]\nper-file-ignores = { "train.py" = ["FSDP103"] }\n')
-    client = LspClient(project)
-    client.request("initialize", {"processId": None, "rootUri": project.as_uri(), "capabilities": {}})
-    client.notify("initialized", {})
-    uri = (project / "train.py").as_uri()
-    client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": FORWARD}})
-    assert client.notification("textDocument/publishDiagnostics", uri)["diagnostics"] == []
+    # The nearest pyproject.toml applies, with paths relative to it as `per-file-ignores` expects.
+    configured = project / "sub" / "scripts" / "train.py"
+    configured.parent.mkdir(parents=True)
+    (project / "sub" / "pyproject.toml").write_text('[tool.fsdplint]\nper-file-ignores = { "scripts/*" = ["FSDP103"] }\n')
+    client.notify("textDocument/didOpen", {"textDocument": {"uri": configured.as_uri(), "languageId": "python", "version": 1, "text": FORWARD}})
+    assert client.notification("textDocument/publishDiagnostics", configured.as_uri())["diagnostics"] == []
     assert client.close() == 0
 
 
