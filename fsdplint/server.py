@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
@@ -116,7 +117,7 @@ def _overlaps(a: types.Range, b: types.Range) -> bool:
     return key(a.start) <= key(b.end) and key(b.start) <= key(a.end)
 
 
-def _wanted(kind: str, only: list[str] | None) -> bool:
+def _wanted(kind: str, only: Sequence[str] | None) -> bool:
     return not only or any(kind == prefix or kind.startswith(prefix + ".") for prefix in only)
 
 
