@@ -42,6 +42,7 @@ class FsdplintServer(LanguageServer):
         # Full sync: the client sends the whole text on each change, so lines are only ever split here.
         super().__init__("fsdplint", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Full)
         self.checked: dict[str, _Checked] = {}
+        self.shown_errors: set[str] = set()  # each configuration error once, not on every keystroke
 
     def check(self, uri: str) -> _Checked:
         """The findings for the document's current text, checked once per version."""
@@ -53,7 +54,9 @@ class FsdplintServer(LanguageServer):
         try:
             found = api.check_source(document.source, path, config=config)
         except ValueError as error:  # a bad [tool.fsdplint] table: say so, report nothing
-            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=f"fsdplint: {error}"))
+            if str(error) not in self.shown_errors:
+                self.shown_errors.add(str(error))
+                self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=f"fsdplint: {error}"))
             found = []
         lines = _LINE_BREAK.split(document.source)
         diagnostics = [(d, _lsp_diagnostic(d, lines, document)) for d in found]

@@ -81,8 +81,8 @@ class LspClient:
                 return message["result"]
             self.notifications.append(message)
 
-    def notification(self, method: str, uri: str) -> dict:
-        """The next `method` notification about `uri` (earlier ones already received count)."""
+    def notification(self, method: str, uri: str | None) -> dict:
+        """The next `method` notification about `uri` (None: about no document); ones already received count."""
         while True:
             for index, message in enumerate(self.notifications):
                 if message.get("method") == method and message["params"].get("uri") == uri:
@@ -187,6 +187,12 @@ def test_diagnostics_and_quick_fixes_over_stdio(project: Path, encoding: str):
     (project / "sub" / "pyproject.toml").write_text('[tool.fsdplint]\nper-file-ignores = { "scripts/*" = ["FSDP103"] }\n')
     client.notify("textDocument/didOpen", {"textDocument": {"uri": configured.as_uri(), "languageId": "python", "version": 1, "text": FORWARD}})
     assert client.notification("textDocument/publishDiagnostics", configured.as_uri())["diagnostics"] == []
+    broken = project / "broken" / "train.py"
+    broken.parent.mkdir()
+    (project / "broken" / "pyproject.toml").write_text("[tool.fsdplint]\nselect = 3\n")
+    client.notify("textDocument/didOpen", {"textDocument": {"uri": broken.as_uri(), "languageId": "python", "version": 1, "text": FORWARD}})
+    assert client.notification("textDocument/publishDiagnostics", broken.as_uri())["diagnostics"] == []
+    assert "select must be a list of strings" in client.notification("window/showMessage", None)["message"]
     assert client.close() == 0
 
 
