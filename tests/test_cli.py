@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,8 +33,12 @@ fully_shard(model)
 """
 
 
-def run(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "fsdplint", *args], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=120)
+# The caller's color settings must not leak into outputs the tests compare as text.
+PLAIN_ENV = {name: value for name, value in os.environ.items() if name not in ("NO_COLOR", "FORCE_COLOR", "CI_PROJECT_DIR")}
+
+
+def run(*args: str, cwd: Path, stdin: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "fsdplint", *args], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=120, env={**PLAIN_ENV, **(env or {})})
     assert "Traceback" not in result.stdout + result.stderr, result.stderr
     return result
 
