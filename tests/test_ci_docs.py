@@ -1,5 +1,5 @@
-"""The CI recipes in docs/ci.md are real: the workflows give the action only inputs it has, and the
-GitLab job's commands, run as GitLab runs them, leave the reports its artifacts name."""
+"""The CI recipes in docs/ci.md and the README are real: the workflows give the action only inputs
+it has, and the GitLab job's commands, run as GitLab runs them, leave the reports its artifacts name."""
 
 from __future__ import annotations
 
@@ -18,19 +18,25 @@ yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (pip install 
 
 ROOT = Path(__file__).parent.parent
 BLOCKS = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.+?)```", (ROOT / "docs" / "ci.md").read_text(), re.S)]
+README_BLOCKS = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.+?)```", (ROOT / "README.md").read_text(), re.S)]
 ACTION_INPUTS = set(yaml.safe_load((ROOT / "action.yml").read_text())["inputs"])
 
 
-def _action_steps():
-    for block in BLOCKS:
+def _action_steps(blocks: list) -> list[dict]:
+    """Steps that use the action, in whole workflows or in bare lists of steps."""
+    steps = []
+    for block in blocks:
         if isinstance(block, dict) and "jobs" in block:
-            for job in block["jobs"].values():
-                yield from (step for step in job["steps"] if step.get("uses", "").startswith("fsdplint/fsdplint@"))
+            steps += [step for job in block["jobs"].values() for step in job["steps"]]
+        elif isinstance(block, list):
+            steps += [step for step in block if isinstance(step, dict)]
+    return [step for step in steps if step.get("uses", "").startswith("fsdplint/fsdplint@")]
 
 
-def test_workflows_use_the_action_with_its_inputs():
-    steps = list(_action_steps())
-    assert len(steps) >= 2
+@pytest.mark.parametrize("blocks", [BLOCKS, README_BLOCKS], ids=["docs/ci.md", "README.md"])
+def test_workflows_use_the_action_with_its_inputs(blocks):
+    steps = _action_steps(blocks)
+    assert steps
     for step in steps:
         assert set(step.get("with", {})) <= ACTION_INPUTS
 
