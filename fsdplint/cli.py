@@ -132,11 +132,11 @@ def check(paths, select, extend_select, ignore, fix, unsafe_fixes, diff, output_
     options = reporters.RenderOptions(color=human and reporters.color_enabled(out), show_fixes=show_fixes, unsafe_fixes=unsafe_fixes)
     report = reporters.FORMATS[output_format](diagnostics, ruleset, options)
     out.write(report)
+    if output_format == "full" and report and (statistics or not quiet):
+        out.write("\n")  # the last finding's block ends, as the ones before it do
     if statistics:
         out.write(reporters.statistics(diagnostics, options))
     if not quiet and human:
-        if output_format == "full" and report:
-            out.write("\n")
         if show_fixes and result.fixed:
             out.write(reporters.fixed_listing(result.fixed))
         out.write(reporters.summary(diagnostics, result.fixes_applied, options))
