@@ -23,7 +23,7 @@ from fsdplint.rule import RuleSet
 DOCS_URL = "https://github.com/fsdplint/fsdplint/blob/main/docs/rules/{code}.md"
 FIX_CONTEXT_LINES = 2  # unchanged lines shown around each change of a fix, as ruff does
 
-_ANSI = {"bold": "1", "red": "31", "green": "32", "yellow": "33", "blue": "34", "cyan": "36"}
+_ANSI = {"bold": "1", "red": "31", "green": "32", "blue": "34", "cyan": "36"}
 
 
 def color_enabled(stream: TextIO) -> bool:
@@ -105,7 +105,7 @@ def _fix_diff(d: Diagnostic, options: RenderOptions) -> list[str]:
 
     before = d.file.source.text.splitlines()
     after = apply_fixes(d.file, [d.fix]).splitlines()
-    groups = list(difflib.SequenceMatcher(None, before, after, autojunk=False).get_grouped_opcodes(FIX_CONTEXT_LINES))
+    groups = difflib.SequenceMatcher(None, before, after, autojunk=False).get_grouped_opcodes(FIX_CONTEXT_LINES)
     width = len(str(max(len(before), len(after), 1)))
     bar = options.style("|", "bold", "blue")
 
@@ -115,10 +115,11 @@ def _fix_diff(d: Diagnostic, options: RenderOptions) -> list[str]:
         return f"{numbers} {bar}{options.style(body, color) if color else body}"
 
     title = "Safe fix" if d.fix.safe else "Unsafe fix"
-    lines = [f"{' ' * (2 * width + 1)} {bar}", f"{' ' * (2 * width + 1)} {options.style(title, 'bold', 'cyan')}"]
+    no_numbers = " " * (2 * width + 1)
+    lines = [f"{no_numbers} {bar}", f"{no_numbers} {options.style(title, 'bold', 'cyan')}"]
     for number, group in enumerate(groups):
         if number:
-            lines.append(f"{' ' * (2 * width + 1)} {options.style('...', 'bold', 'blue')}")
+            lines.append(f"{no_numbers} {options.style('...', 'bold', 'blue')}")
         for tag, i1, i2, j1, j2 in group:
             if tag == "equal":
                 lines += [row(i + 1, j + 1, " ", before[i], None) for i, j in zip(range(i1, i2), range(j1, j2))]
