@@ -8,12 +8,13 @@ does); the lint step then runs with the inputs a workflow would give.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
-from test_cli import BAD, CLEAN, PLAIN_ENV
+from test_cli import BAD, CLEAN
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (pip install 'fsdplint[test]')")
 
@@ -49,7 +50,7 @@ def run_step(index: int, given: dict[str, str], runner_temp: Path, workspace: Pa
     result = subprocess.run(
         ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
         cwd=workspace, capture_output=True, text=True, timeout=300,
-        env={**PLAIN_ENV, **env, **step_env, "RUNNER_TEMP": str(runner_temp), "GITHUB_ENV": str(github_env), "GITHUB_WORKSPACE": str(workspace)},
+        env={**os.environ, **env, **step_env, "RUNNER_TEMP": str(runner_temp), "GITHUB_ENV": str(github_env), "GITHUB_WORKSPACE": str(workspace)},
     )
     env.update(line.split("=", 1) for line in github_env.read_text().splitlines() if "=" in line)
     return result

@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from test_cli import BAD, PLAIN_ENV
+from test_cli import BAD
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (pip install 'fsdplint[test]')")
 
@@ -50,7 +50,7 @@ def test_gitlab_job_writes_its_reports(tmp_path):
     assert (bin_dir / "fsdplint").exists(), "the fsdplint command is not installed next to this Python"
     commands = [line for line in job["script"] if not line.startswith("pip install")]
     assert commands and all(line.startswith("fsdplint ") for line in commands)
-    env = {**PLAIN_ENV, "PATH": f"{bin_dir}{os.pathsep}{PLAIN_ENV.get('PATH', '')}", "CI_PROJECT_DIR": str(tmp_path)}
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "CI_PROJECT_DIR": str(tmp_path)}
     result = subprocess.run(["sh", "-e", "-c", "\n".join(commands)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 1  # the findings fail the job, after both reports are written
     reports = job["artifacts"]["reports"]

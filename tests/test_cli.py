@@ -33,12 +33,8 @@ fully_shard(model)
 """
 
 
-# The caller's color settings must not leak into outputs the tests compare as text.
-PLAIN_ENV = {name: value for name, value in os.environ.items() if name not in ("NO_COLOR", "FORCE_COLOR", "CI_PROJECT_DIR")}
-
-
 def run(*args: str, cwd: Path, stdin: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "fsdplint", *args], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=120, env={**PLAIN_ENV, **(env or {})})
+    result = subprocess.run([sys.executable, "-m", "fsdplint", *args], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
     assert "Traceback" not in result.stdout + result.stderr, result.stderr
     return result
 

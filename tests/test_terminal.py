@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_cli import BAD, PLAIN_ENV, run
+from test_cli import BAD, run
 
 from fsdplint.reporters import color_enabled
 
@@ -33,7 +33,7 @@ out = model.forward(torch.ones(2))
 def run_in_terminal(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
     """Run fsdplint with a pseudo-terminal as its stdout and stderr; what it printed there."""
     controller, terminal = pty.openpty()
-    process = subprocess.Popen([sys.executable, "-m", "fsdplint", *args], cwd=cwd, stdout=terminal, stderr=terminal, env={**PLAIN_ENV, "TERM": "xterm", **(env or {})})
+    process = subprocess.Popen([sys.executable, "-m", "fsdplint", *args], cwd=cwd, stdout=terminal, stderr=terminal, env={**os.environ, "TERM": "xterm", **(env or {})})
     os.close(terminal)
     chunks = []
     while True:
