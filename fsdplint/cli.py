@@ -51,14 +51,15 @@ def _selectors(values: tuple[str, ...]) -> list[str]:
 @click.option("--fix", is_flag=True, help="Apply safe fixes.")
 @click.option("--unsafe-fixes", is_flag=True, help="With --fix or --diff, also apply fixes that may change behaviour.")
 @click.option("--diff", is_flag=True, help="Print the fixes as a diff and write nothing; exit 1 if there are any.")
-@click.option("--output-format", type=click.Choice(["concise", "full", "json", "github", "sarif"]), default="full", show_default=True)
+@click.option("--output-format", type=click.Choice(["concise", "full", "json", "github", "sarif", "junit", "gitlab", "pylint"]), default="full", show_default=True)
+@click.option("--show-fixes", is_flag=True, help="Show each fix as a diff under its finding (full format), and list what --fix fixed.")
 @click.option("--statistics", is_flag=True, help="Print the number of findings per rule.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
 @click.option("-q", "--quiet", is_flag=True, help="Print the findings only, no summary.")
 @click.option("--force-exclude", is_flag=True, help="Apply `exclude` to files named on the command line too (pre-commit).")
 @click.option("--stdin-filename", type=click.Path(path_type=Path), help="The name of the file read from `-` (stdin).")
 @click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False), help="A pyproject.toml to read [tool.fsdplint] from.")
-def check(paths, select, extend_select, ignore, fix, unsafe_fixes, diff, output_format, statistics, exit_zero, quiet, force_exclude, stdin_filename, config_path) -> None:
+def check(paths, select, extend_select, ignore, fix, unsafe_fixes, diff, output_format, show_fixes, statistics, exit_zero, quiet, force_exclude, stdin_filename, config_path) -> None:
     """Check PATHS (files or directories; default: the current directory)."""
     from fsdplint import reporters
     from fsdplint.engine import Engine
@@ -114,11 +115,18 @@ def check(paths, select, extend_select, ignore, fix, unsafe_fixes, diff, output_
 
     out = sys.stderr if fix and stdin_source is not None else sys.stdout
     diagnostics = result.diagnostics
-    out.write(reporters.FORMATS[output_format](diagnostics, ruleset))
+    human = output_format in reporters.HUMAN_FORMATS
+    options = reporters.RenderOptions(color=human and reporters.color_enabled(out), show_fixes=show_fixes, unsafe_fixes=unsafe_fixes)
+    report = reporters.FORMATS[output_format](diagnostics, ruleset, options)
+    out.write(report)
+    if output_format == "full" and report and (statistics or not quiet):
+        out.write("\n")  # the last finding's block ends, as the ones before it do
     if statistics:
-        out.write(reporters.statistics(diagnostics))
-    if not quiet and output_format in ("concise", "full"):
-        click.echo(reporters.summary(diagnostics, result.fixes_applied, unsafe_fixes), file=out, nl=False)
+        out.write(reporters.statistics(diagnostics, options))
+    if not quiet and human:
+        if show_fixes and result.fixed:
+            out.write(reporters.fixed_listing(result.fixed))
+        out.write(reporters.summary(diagnostics, result.fixes_applied, options))
     if result.internal_error:
         sys.exit(2)
     sys.exit(0 if exit_zero or not diagnostics else 1)

@@ -61,6 +61,7 @@ class Result:
     files_read: int = 0
     files_parsed: int = 0
     fixes_applied: int = 0
+    fixed: list[Diagnostic] = field(default_factory=list)  # the findings whose fixes were applied
 
     def changed(self) -> list[tuple[SourceFile, SourceFile]]:
         return [(self.original[path], source) for path, source in self.sources.items() if source.text != self.original[path].text]
@@ -298,6 +299,7 @@ class Engine:
                 text = apply_fixes(model, [d.fix for d in chosen])
             if chosen and text != result.sources[path].text:
                 result.sources[path] = replace(result.sources[path], text=text)
+                result.fixed += chosen
                 applied += len(chosen)
         return applied
 

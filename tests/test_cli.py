@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,8 +33,8 @@ fully_shard(model)
 """
 
 
-def run(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "fsdplint", *args], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=120)
+def run(*args: str, cwd: Path, stdin: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "fsdplint", *args], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
     assert "Traceback" not in result.stdout + result.stderr, result.stderr
     return result
 
