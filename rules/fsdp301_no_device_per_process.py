@@ -25,8 +25,10 @@ class NoDevicePerProcess(Rule):
     refuses to build the group: `ncclInvalidUsage ... Duplicate GPU detected : rank 1 and rank 0 both
     on CUDA device`. The other GPUs stay idle.
 
-    Scripts that set `CUDA_VISIBLE_DEVICES` per process, and gloo or CPU-only scripts, are not
-    reported.
+    Only whole scripts are checked (a file's top level and what it calls, or a function started by
+    `torch.multiprocessing.spawn`), since a caller fsdplint cannot see may choose the device. Scripts
+    that set `CUDA_VISIBLE_DEVICES` per process, call a helper of their own that names a device
+    (`get_device(...)`), run a single process (`world_size=1`), or use gloo are not reported.
 
     ## Example
     ```python
@@ -59,48 +61,50 @@ class NoDevicePerProcess(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL, METHOD
+        from fsdplint.rulekit import process_group_backend, script_flows
 
-        for flow in program.flows:
-            if not flow.is_entry:
-                continue
+        for flow in script_flows(program):
             events = list(flow.of_kind(CALL, METHOD))
             if any("CUDA_VISIBLE_DEVICES" in event.file.source.text for event in events):
                 continue
             if any(_chooses_device(event) for event in events):
                 continue
             for event in events:
-                if event.qname == "torch.distributed.init_process_group" and _uses_nccl(event):
+                if event.qname == "torch.distributed.init_process_group" and "nccl" in (process_group_backend(event) or "") and not _single_process(event):
                     yield Finding(event.file, event.node,
                                   "NCCL process group, but this process never chooses its GPU: every rank works on GPU 0 "
                                   "(`Duplicate GPU detected`); call `torch.cuda.set_device(int(os.environ[\"LOCAL_RANK\"]))` "
                                   "before it, or pass `device_id=`")
 
 
-def _uses_nccl(event) -> bool:
-    from fsdplint.rulekit import argument_values
-
-    positional, keywords = argument_values(event)
-    backend = positional[0][0] if positional else keywords.get("backend", (None, None))[0]
-    return backend is not None and "nccl" in (getattr(backend, "evaluated_value", None) or "")
+def _single_process(event) -> bool:
+    """`world_size=1`: one process, and GPU 0 is its GPU."""
+    world_size = next((arg.value for arg in event.node.args if arg.keyword is not None and arg.keyword.value == "world_size"), None)
+    return getattr(world_size, "value", None) == "1"
 
 
 def _chooses_device(event) -> bool:
-    """The event chooses a device for this process: a device-setting call, `device_id=`, or a device
-    named by a rank or by a string with an index (`model.cuda(local_rank)`, `f"cuda:{local_rank}"`)."""
+    """The event chooses a device for this process: a device-setting call, `device_id=`, a helper that
+    names a device, or a device index that is not a constant (`model.cuda(local_rank)`,
+    `torch.device("cuda", local_rank)`, `f"cuda:{local_rank}"`, anything computed from a rank)."""
     import libcst as cst
 
-    from fsdplint.model import CALL
+    from fsdplint.model import CALL, METHOD
     from fsdplint.rulekit import device_arguments
 
     if event.kind == CALL and event.qname in _DEVICE_CHOICES:
         return True
+    callee = event.method if event.kind == METHOD else event.qname
+    if not (event.qname or "").startswith("torch.") and "device" in (callee or "").lower():
+        return True  # a helper fsdplint cannot see into, such as torchtune's `utils.get_device("cuda")`
     if any(arg.keyword is not None and arg.keyword.value == "device_id" for arg in event.node.args):
         return True
+    # Whatever `x.cuda(...)` or the second argument of `torch.device` is given is an index.
+    indices = {id(arg.value) for arg in event.node.args[event.qname == "torch.device":]}
+    is_cuda = isinstance(event.node.func, cst.Attribute) and event.node.func.attr.value == "cuda"
     for node, value in device_arguments(event):
-        if value.rank is not None or isinstance(node, (cst.FormattedString, cst.Integer)):
-            return True
-        if isinstance(node, cst.SimpleString) and ":" in node.evaluated_value:
-            return True
-        if event.qname == "torch.device" and len(event.node.args) > 1:
+        if isinstance(node, (cst.Integer, cst.SimpleString)):
+            continue  # the same device on every rank
+        if value.rank is not None or isinstance(node, cst.FormattedString) or (id(node) in indices and (is_cuda or event.qname == "torch.device")):
             return True
     return False

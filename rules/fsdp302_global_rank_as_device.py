@@ -54,12 +54,12 @@ class GlobalRankAsDevice(Rule):
     trigger_tokens = ("RANK", "get_rank", "SLURM_PROCID")
 
     def check(self, program) -> Iterable[Finding]:
-        from fsdplint.model import CALL, GLOBAL_RANK, METHOD
+        from fsdplint.model import CALL, CALL_VALUE, GLOBAL_RANK, METHOD, WRAP
         from fsdplint.rulekit import code, device_arguments, via
 
         for flow in program.flows:
             reported_names: set[str] = set()
-            for event in flow.of_kind(CALL, METHOD):
+            for event in flow.of_kind(CALL, METHOD, CALL_VALUE, WRAP):
                 for node, value in device_arguments(event):
                     if value.rank is None or value.rank.scope != GLOBAL_RANK:
                         continue

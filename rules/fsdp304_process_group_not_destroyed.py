@@ -18,6 +18,8 @@ class ProcessGroupNotDestroyed(Rule):
     `WARNING: destroy_process_group() was not called before program exit, which can leak
     resources`, and the exit can hang while pending NCCL work is aborted in a destructor.
 
+    A group whose backend is written as `"gloo"` is not reported: gloo exits silently.
+
     The script is a file's top level (what runs when it is launched, `main()` under
     `if __name__ == "__main__":` included) or a function handed to `torch.multiprocessing.spawn`.
     A `destroy_process_group()` anywhere after the initialization counts, through calls to
@@ -55,19 +57,17 @@ class ProcessGroupNotDestroyed(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL
-        from fsdplint.rulekit import via
+        from fsdplint.rulekit import process_group_backend, script_flows, via
 
         # Functions that destroy the process group, by name: a script may reach them through a call
         # the model cannot resolve (`trainer.close()`).
         destroyers = {flow.function.name for flow in program.flows
                       if flow.function and any(event.qname == DESTROY for event in flow.of_kind(CALL))}
-        spawned = {name for flow in program.flows for name in _spawned_functions(flow)}
-        for flow in program.flows:
-            if flow.function is not None and not (flow.function.name in spawned and flow.is_entry):
-                continue
+        for flow in script_flows(program):
             init = next((event for event in flow.of_kind(CALL) if event.qname == INIT), None)
-            if init is None:
-                continue
+            backend = process_group_backend(init) if init else None
+            if init is None or (backend is not None and "nccl" not in backend):
+                continue  # a gloo group left to the interpreter exits silently
             later = flow.events[init.index + 1:]
             if any(_destroys(event, destroyers) for event in later):
                 continue
@@ -87,13 +87,3 @@ def _destroys(event, destroyers: set[str]) -> bool:
     name = event.method if event.kind == METHOD else (event.qname or "").rsplit(".", 1)[-1] if event.kind == CALL else None
     return name in destroyers
 
-
-def _spawned_functions(flow):
-    """Names of the functions `torch.multiprocessing.spawn(fn, ...)` starts in this flow."""
-    import libcst as cst
-
-    from fsdplint.model import CALL
-
-    for event in flow.of_kind(CALL):
-        if (event.qname or "").endswith("multiprocessing.spawn") and event.node.args and isinstance(event.node.args[0].value, cst.Name):
-            yield event.node.args[0].value.value
