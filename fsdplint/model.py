@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import builtins
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -115,6 +115,7 @@ class Rank:
 
     scope: str
     formatted: bool = False
+    variable: str | None = None  # the environment variable it was read from (`RANK`); None: a call
 
 
 @dataclass
@@ -639,8 +640,8 @@ class _Walker:
             return Value(params_of=params, elements=elements, iterates=_common_ref([e.ref for e in elements]))
         if isinstance(node, cst.FormattedString):
             parts = [self.expr(part, statement, parents) for part in _subexpressions(node)]
-            ranks = {part.rank.scope for part in parts if part.rank}
-            return Value(rank=Rank(ranks.pop(), formatted=True) if len(ranks) == 1 else None)
+            ranks = {part.rank for part in parts if part.rank}
+            return Value(rank=replace(ranks.pop(), formatted=True) if len(ranks) == 1 else None)
         # Anything else: evaluate the parts and pass parameter flows through (dicts, operators, f-strings).
         params: frozenset[Ref] = frozenset()
         for part in _subexpressions(node):
@@ -816,7 +817,7 @@ def _common_ref(refs: list[Ref | None]) -> Ref | None:
 def _rank_variable(node: cst.CSTNode) -> Rank | None:
     """The rank an environment variable named by `node` holds (`"LOCAL_RANK"`), if it is one."""
     if isinstance(node, cst.SimpleString) and node.evaluated_value in _RANK_VARIABLES:
-        return Rank(_RANK_VARIABLES[node.evaluated_value])
+        return Rank(_RANK_VARIABLES[node.evaluated_value], variable=node.evaluated_value)
     return None
 
 

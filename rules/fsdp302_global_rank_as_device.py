@@ -4,7 +4,9 @@ from typing import Iterable
 
 from fsdplint.rule import Finding, FixAvailability, Rule, Severity
 
-_LOCAL_RANK = 'int(os.environ["LOCAL_RANK"])'
+# Each launcher's global rank variable and the local rank variable the same launcher sets.
+_LOCAL_VARIABLES = {"RANK": "LOCAL_RANK", "SLURM_PROCID": "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK": "OMPI_COMM_WORLD_LOCAL_RANK",
+                    "PMI_RANK": "MPI_LOCALRANKID"}
 
 
 class GlobalRankAsDevice(Rule):
@@ -36,10 +38,14 @@ class GlobalRankAsDevice(Rule):
     ```
 
     ## Fix safety
-    The fix is safe: it puts `int(os.environ["LOCAL_RANK"])` where the rank was used as a device
-    index (and imports `os` if needed). On one node it is the same number; on more it is the right
-    one. A device string or device built from the rank elsewhere and only used here is reported
-    without a fix.
+    The fix puts the local rank where the global rank was used as a device index (and imports `os`
+    if needed): on one node it is the same number, on more it is the right one. It is safe for a rank
+    read from the environment, since the launcher that set it sets the local one too
+    (`RANK` → `int(os.environ["LOCAL_RANK"])`, `SLURM_PROCID` → `SLURM_LOCALID`,
+    `OMPI_COMM_WORLD_RANK` → `OMPI_COMM_WORLD_LOCAL_RANK`). For `dist.get_rank()` it is unsafe:
+    `LOCAL_RANK` is set by torchrun and the usual launchers, but a script started another way may lack
+    it. A device string or device built from the rank elsewhere and only used here is reported
+    without a fix, and so is a rank a function receives from its caller.
 
     ## References
     - [torchrun environment variables](https://pytorch.org/docs/stable/elastic/run.html#environment-variables)
@@ -50,8 +56,8 @@ class GlobalRankAsDevice(Rule):
     name = "global-rank-as-device"
     summary = "Global rank used as a GPU index: invalid device ordinal on the second node"
     severity = Severity.ERROR
-    fix_availability = FixAvailability.SAFE
-    trigger_tokens = ("RANK", "get_rank", "SLURM_PROCID")
+    fix_availability = FixAvailability.SOMETIMES_SAFE
+    trigger_tokens = ('"RANK"', "'RANK'", "get_rank", "SLURM_PROCID", "PMI_RANK", "OMPI_COMM_WORLD_RANK")
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL, CALL_VALUE, GLOBAL_RANK, METHOD, WRAP
@@ -71,27 +77,32 @@ class GlobalRankAsDevice(Rule):
                     what = "a device named by the global rank" if value.rank.formatted else "the global rank used as a device index"
                     yield Finding(event.file, node,
                                   f"`{code(event, node)}` is {what}{via(event)}: on a second node it names a GPU that does "
-                                  f"not exist (`invalid device ordinal`); use the local rank, `{_LOCAL_RANK}`",
+                                  f"not exist (`invalid device ordinal`); use the local rank, `{_local_rank(value.rank)}`",
                                   self._fix(event, node, value))
 
     @staticmethod
     def _fix(event, node, value):
-        """`int(os.environ["LOCAL_RANK"])` in place of the rank, or of the one rank an f-string formats."""
+        """The local rank in place of the rank, or of the one rank an f-string formats."""
         import libcst as cst
 
         from fsdplint.fixes import AddImport, Fix, Replace
 
+        local = _local_rank(value.rank)
         if isinstance(node, cst.FormattedString):
             parts = [part for part in node.parts if isinstance(part, cst.FormattedStringExpression)]
             if len(parts) != 1:
                 return None
-            quote = "'" if '"' in node.start else '"'
-            target, replacement = parts[0].expression, f"int(os.environ[{quote}LOCAL_RANK{quote}])"
+            target, replacement = parts[0].expression, local.replace('"', "'" if '"' in node.start else '"')
         elif value.rank.formatted:
             return None  # a device string made elsewhere: the fix belongs where it is made
         elif isinstance(node, cst.Name) and event.function and node.value in event.function.params:
             return None  # the caller passed the rank: the fix belongs at its call
         else:
-            target, replacement = node, _LOCAL_RANK
-        return Fix("Use the local rank, `LOCAL_RANK`, as the device index", safe=True,
+            target, replacement = node, local
+        return Fix(f"Use the local rank, `{local}`, as the device index", safe=value.rank.variable is not None,
                    operations=[Replace(target, lambda _: cst.parse_expression(replacement)), AddImport("os")])
+
+
+def _local_rank(rank) -> str:
+    """The expression reading the local rank from the variable the launcher of `rank` sets."""
+    return f'int(os.environ["{_LOCAL_VARIABLES.get(rank.variable, "LOCAL_RANK")}"])'

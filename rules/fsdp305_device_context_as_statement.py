@@ -44,7 +44,7 @@ class DeviceContextAsStatement(Rule):
     summary = "Device context manager called as a statement: it sets no device"
     severity = Severity.ERROR
     fix_availability = FixAvailability.SAFE
-    trigger_tokens = ("device_index", "cuda.device")
+    trigger_tokens = ("device_index(", "cuda.device(")
 
     def check(self, program) -> Iterable[Finding]:
         import libcst as cst

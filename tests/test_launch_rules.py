@@ -75,23 +75,27 @@ def test_a_rank_passed_to_a_helper_is_reported_inside_it_without_a_fix():
     assert fixed(source, "FSDP302") == textwrap.dedent(source)
 
 
-def test_the_fix_uses_local_rank_and_imports_os():
-    assert fixed("""
+def test_the_fix_reads_the_local_rank_the_launcher_sets_and_imports_os():
+    source = """
     import torch.distributed as dist
     model.cuda(dist.get_rank())
     device = f"cuda:{dist.get_rank()}"
-    """, "FSDP302") == textwrap.dedent("""
+    """
+    # `dist.get_rank()` says nothing of the launcher, which may not set LOCAL_RANK: an unsafe fix.
+    assert fixed(source, "FSDP302") == textwrap.dedent(source)
+    assert fix_source(textwrap.dedent(source), select=["FSDP302"], unsafe_fixes=True) == textwrap.dedent("""
     import torch.distributed as dist
     import os
     model.cuda(int(os.environ["LOCAL_RANK"]))
     device = f"cuda:{dist.get_rank()}"
     """)
-    # An f-string handed over as it is gets its one replacement field changed, with the other quotes.
+    # A rank read from a launcher's variable: the same launcher's local rank, a safe fix. An f-string
+    # handed over as it is gets its one replacement field changed, with the other quotes.
     assert fixed("""
     import os, torch
-    rank = int(os.environ["RANK"])
+    rank = int(os.environ["SLURM_PROCID"])
     torch.cuda.set_device(f"cuda:{rank}")
-    """, "FSDP302").endswith("""torch.cuda.set_device(f"cuda:{int(os.environ['LOCAL_RANK'])}")\n""")
+    """, "FSDP302").endswith("""torch.cuda.set_device(f"cuda:{int(os.environ['SLURM_LOCALID'])}")\n""")
 
 
 def test_a_device_string_made_from_the_rank_is_reported_once_without_a_fix():
