@@ -65,9 +65,10 @@ class DeviceIndexInMesh(Rule):
                     continue
                 fix = Fix("Pass the device type alone", safe=True,
                           operations=[Replace(argument, lambda _, text=replacement: cst.parse_expression(text))])
+                error = "`Device type with index is not supported`" if _type_only(argument) else "an error"
                 yield Finding(event.file, argument,
                               f"`init_device_mesh` takes a device type, not `{code(event, argument)}`{via(event)}: it raises "
-                              f"`Device type with index is not supported`; pass `{replacement}`", fix)
+                              f"{error}; pass `{replacement}`", fix)
 
 
 def _device_type_argument(call):
@@ -95,6 +96,8 @@ def _type_only(node) -> str | None:
         before.append(part)
     else:
         return None  # no colon outside the replacement fields: no index
+    if not before:
+        return None  # `f":{i}"` names no device type to keep
     if all(isinstance(part, cst.FormattedStringText) for part in before):
         quote = node.end
         return quote + "".join(part.value for part in before) + quote
@@ -126,9 +129,7 @@ def _device_object_type(flow, event, node, devices) -> str | None:
 
 def _has_index(call) -> bool:
     """`torch.device("cuda", i)`, `torch.device(type="cuda", index=i)` or `torch.device("cuda:0")`."""
-    import libcst as cst
-
     args = call.args
     if len(args) >= 2 or any(arg.keyword is not None and arg.keyword.value == "index" for arg in args):
         return True
-    return bool(args) and (_type_only(args[0].value) is not None or isinstance(args[0].value, cst.FormattedString))
+    return bool(args) and _type_only(args[0].value) is not None

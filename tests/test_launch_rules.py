@@ -141,6 +141,8 @@ def test_mesh_device_types_that_are_right():
     init_device_mesh(str(plain), (2,))
     init_device_mesh(plain.type, (2,))
     init_device_mesh(f"{plain.type}", (2,))
+    named = torch.device(f"{plain.type}")
+    init_device_mesh(str(named), (2,))
     init_device_mesh(get_device_type(), (2,))
     """) == []
 
