@@ -72,7 +72,7 @@ class ProcessGroupNotDestroyed(Rule):
             if any(_destroys(event, destroyers) for event in later):
                 continue
             yield Finding(init.file, init.node,
-                          f"the process group initialized here is never destroyed{via(init)}: NCCL warns "
+                          f"the process group initialized here is never destroyed{via(init)}: with NCCL, torch warns "
                           f"`destroy_process_group() was not called before program exit` and exit can hang; "
                           f"call `dist.destroy_process_group()` when the script ends")
 
