@@ -45,8 +45,10 @@ class MoveAfter:
 
 @dataclass(frozen=True)
 class AddImport:
+    """`from module import names`, or `import module` when `names` is empty."""
+
     module: str
-    names: tuple[str, ...]
+    names: tuple[str, ...] = ()
 
 
 Operation = Replace | InsertBefore | InsertAfter | MoveAfter | AddImport
@@ -130,13 +132,16 @@ class _ApplyOperations(cst.CSTTransformer):
             return updated_node
         body = list(updated_node.body)
         position = _import_insert_position(body)
-        new = parse_statements(self.file, "".join(f"from {module} import {', '.join(names)}\n" for module, names in missing))
+        new = parse_statements(self.file, "".join(
+            f"from {module} import {', '.join(names)}\n" if names else f"import {module}\n" for module, names in missing))
         return updated_node.with_changes(body=body[:position] + new + body[position:])
 
     def _missing_imports(self) -> list[tuple[str, list[str]]]:
         imported = set(self.file.imports.values())
         missing: dict[str, list[str]] = {}
         for operation in self.imports:
+            if not operation.names and operation.module not in imported:
+                missing.setdefault(operation.module, [])
             for name in operation.names:
                 if f"{operation.module}.{name}" not in imported and name not in missing.get(operation.module, []):
                     missing.setdefault(operation.module, []).append(name)

@@ -5,6 +5,12 @@ shows the documented symptom (an error message, a hang cut short by the process-
 wrong state the script measures), then run the script that fsdplint's own fix makes of `bad.py`
 (or `good.py`, for rules without a fix) and check that it trains. The expectations live in each
 `verify.toml`; nothing here knows a rule. Importing this module does not import torch.
+
+A `[run]` table in `verify.toml` says where a symptom can be shown, when it cannot be everywhere:
+`devices` (the row devices it runs on), `min_gpus` (CUDA devices that must be visible), `nnodes`
+(nodes simulated on this machine, one torchrun agent each), `nproc_per_node`, `gpus_per_node` (each
+simulated node sees only its own GPUs, as a node of a cluster does) and `reason`. A row that cannot
+run here is reported as skipped, with the reason, never as passed.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import os
 import platform
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,7 +38,7 @@ else:  # pragma: no cover - Python 3.10
 
 RESULT_PREFIX = "FSDPLINT_RESULT "
 PG_TIMEOUT_SECONDS = 15  # the scripts' process-group timeout: how long a hang lasts before it errors
-SYMPTOMS = ("error", "hang", "wrong-state")
+SYMPTOMS = ("error", "hang", "wrong-state", "warning")
 HANG_MESSAGES = ("Timed out", "timed out", "Timeout")  # a `hang` with no `match` of its own
 
 
@@ -40,11 +47,34 @@ class VerifyError(Exception):
 
 
 @dataclass
+class Launch:
+    """[run] of verify.toml: where the symptom can be shown and how the ranks are launched."""
+
+    devices: tuple[str, ...] = ()  # empty: every device of the plan
+    min_gpus: int = 0
+    nnodes: int = 1
+    nproc_per_node: int | None = None  # None: the plan's
+    gpus_per_node: int | None = None  # None: every simulated node sees every GPU
+    reason: str = ""
+
+    def skip_reason(self, device: str, gpus: int) -> str | None:
+        """Why a row on `device`, on a machine with `gpus` visible GPUs, cannot show the symptom."""
+        why = f": {self.reason}" if self.reason else ""
+        if self.devices and device not in self.devices:
+            return f"runs on {', '.join(self.devices)} only{why}"
+        needed = max(self.min_gpus, self.nnodes * self.gpus_per_node if device == "cuda" and self.gpus_per_node else 0)
+        if gpus < needed:
+            return f"needs {needed} GPU{'s' if needed > 1 else ''}, {gpus} visible{why}"
+        return None
+
+
+@dataclass
 class Case:
     rule: str
     folder: Path
     bad: dict  # [bad] of verify.toml
     fixed_source: str  # "fix" or "good"
+    launch: Launch = field(default_factory=Launch)
 
 
 @dataclass
@@ -70,10 +100,15 @@ class Row:
     fixed_ok: bool = False
     fixed_detail: str = ""
     seconds: float = 0.0
+    skipped: str = ""  # why the row did not run here
 
     @property
     def passed(self) -> bool:
         return self.bad_ok and self.fixed_ok
+
+    @property
+    def failed(self) -> bool:
+        return not self.passed and not self.skipped
 
 
 @dataclass
@@ -87,7 +122,8 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        return bool(self.rows) and all(row.passed for row in self.rows)
+        """Nothing failed and something ran: skipped rows neither pass nor fail."""
+        return any(row.passed for row in self.rows) and not any(row.failed for row in self.rows)
 
 
 def default_fixtures() -> Path:
@@ -116,13 +152,26 @@ def load_cases(fixtures: Path, rules: Iterable[str] = ()) -> list[Case]:
             raise VerifyError(f"{spec}: a wrong-state symptom needs `check`, the result key that must fail")
         if source not in ("fix", "good"):
             raise VerifyError(f"{spec}: [fixed] source must be fix or good")
-        cases.append(Case(folder.name.upper(), folder, bad, source))
+        if bad["symptom"] == "warning" and not bad.get("match"):
+            raise VerifyError(f"{spec}: a warning symptom needs `match`, the text of the warning")
+        cases.append(Case(folder.name.upper(), folder, bad, source, _launch(spec, expectation.get("run", {}))))
     missing = wanted - {case.rule for case in cases}
     if missing:
         raise VerifyError(f"no verify.toml for {', '.join(sorted(missing))} under {fixtures}")
     if not cases:
         raise VerifyError(f"no */verify.toml under {fixtures}")
     return cases
+
+
+def _launch(spec: Path, table: dict) -> Launch:
+    known = {"devices", "min_gpus", "nnodes", "nproc_per_node", "gpus_per_node", "reason"}
+    unknown = set(table) - known
+    if unknown:
+        raise VerifyError(f"{spec}: unknown [run] keys {', '.join(sorted(unknown))} (known: {', '.join(sorted(known))})")
+    launch = Launch(**{**table, "devices": tuple(table.get("devices", ()))})
+    if not set(launch.devices) <= {"cpu", "cuda"}:
+        raise VerifyError(f"{spec}: [run] devices must be cpu or cuda")
+    return launch
 
 
 def device_plan(requested: str, nproc: int | None) -> list[tuple[str, int]]:
@@ -157,10 +206,12 @@ def _process_groups(root: int) -> set[int]:
     return groups
 
 
-def run_script(script: Path, fixtures: Path, device: str, nproc: int, timeout: float, torchrun_args: tuple[str, ...] = ()) -> Run:
-    """Run under torchrun in a session of its own; past `timeout`, kill it and every rank."""
-    launch = list(torchrun_args) or ["--standalone"]
-    command = [sys.executable, "-m", "torch.distributed.run", *launch, f"--nproc_per_node={nproc}", str(script)]
+def run_script(script: Path, fixtures: Path, device: str, nproc: int, timeout: float, torchrun_args: tuple[str, ...] = (),
+               launch: Launch = Launch(), gpus: int = 0) -> Run:
+    """Run under torchrun in a session of its own; past `timeout`, kill it and every rank.
+
+    With `launch.nnodes` > 1, one torchrun agent per simulated node, all on this machine (static
+    rendezvous on a local port), started together; the run ends when all have."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(fixtures), os.environ.get("PYTHONPATH")])),
@@ -168,19 +219,48 @@ def run_script(script: Path, fixtures: Path, device: str, nproc: int, timeout: f
         "FSDPLINT_PG_TIMEOUT": str(PG_TIMEOUT_SECONDS),
         "OMP_NUM_THREADS": "1",  # torchrun would warn and pick 1 anyway; ranks share the cores
     }
+    nproc = launch.nproc_per_node or nproc
+    if launch.nnodes == 1:
+        agents = [(list(torchrun_args) or ["--standalone"], env)]
+    else:
+        port = _free_port()
+        agents = [([f"--nnodes={launch.nnodes}", f"--node_rank={node}", "--master_addr=127.0.0.1", f"--master_port={port}"],
+                   {**env, **_node_gpus(launch, node, gpus)}) for node in range(launch.nnodes)]
     start = time.monotonic()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
-    try:
-        output, _ = process.communicate(timeout=timeout)
-        returncode: int | None = process.returncode
-    except subprocess.TimeoutExpired:
-        for group in _process_groups(process.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(group, signal.SIGKILL)
-        output, _ = process.communicate()
-        returncode = None
+    processes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *arguments, f"--nproc_per_node={nproc}", str(script)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=agent_env, start_new_session=True)
+                 for arguments, agent_env in agents]
+    outputs, codes = [], []
+    for process in processes:
+        try:
+            output, _ = process.communicate(timeout=max(1.0, timeout - (time.monotonic() - start)))
+            codes.append(process.returncode)
+        except subprocess.TimeoutExpired:
+            for group in _process_groups(process.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(group, signal.SIGKILL)
+            output, _ = process.communicate()
+            codes.append(None)
+        outputs.append(output)
+    output = "".join(outputs)
+    returncode = None if None in codes else next((code for code in codes if code != 0), 0)
     results = [json.loads(line[len(RESULT_PREFIX):]) for line in output.splitlines() if line.startswith(RESULT_PREFIX)]
     return Run(returncode, output, time.monotonic() - start, results[-1] if results else None)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _node_gpus(launch: Launch, node: int, gpus: int) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES for a simulated node that has `gpus_per_node` GPUs of its own. Where the
+    machine has fewer (a CPU row), nodes share them: gloo does not mind."""
+    if not launch.gpus_per_node or not gpus:
+        return {}
+    first = node * launch.gpus_per_node
+    return {"CUDA_VISIBLE_DEVICES": ",".join(str((first + i) % gpus) for i in range(launch.gpus_per_node))}
 
 
 def failed_checks(result: dict) -> list[str]:
@@ -231,6 +311,10 @@ def judge_bad(bad: dict, run: Run) -> tuple[bool, str]:
         return False, f"expected wrong {check}, but the script trained: {_describe(run.result)}"
     if symptom == "hang" and run.killed:
         return True, f"hang: killed after {run.seconds:.0f} s"
+    if symptom == "warning":  # the script may well succeed: the warning is the symptom
+        if bad["match"] in run.output:
+            return True, f"warning: {bad['match']}"
+        return False, f"expected warning `{bad['match']}`, got {'exit 0' if run.returncode == 0 else _ended(run)} without it"
     expected = [bad["match"]] if bad.get("match") else list(HANG_MESSAGES) if symptom == "hang" else []
     seen = next((text for text in expected if text in run.output), None)
     if run.returncode not in (0, None) and (seen or not expected):
@@ -239,10 +323,13 @@ def judge_bad(bad: dict, run: Run) -> tuple[bool, str]:
     return False, f"expected {wanted}, got {'exit 0' if run.returncode == 0 else _ended(run)}"
 
 
-def judge_fixed(run: Run) -> tuple[bool, str]:
-    """Whether the fixed script trains: exit 0 and every check of its result line holds."""
+def judge_fixed(run: Run, bad: dict | None = None) -> tuple[bool, str]:
+    """Whether the fixed script trains: exit 0 and every check of its result line holds (and, for a
+    warning symptom, the warning is gone)."""
     if run.returncode != 0:
         return False, _ended(run)
+    if bad is not None and bad["symptom"] == "warning" and bad["match"] in run.output:
+        return False, f"still warns `{bad['match']}`"
     if run.result is None:
         return False, f"exit 0 but no {RESULT_PREFIX.strip()} line"
     failed = failed_checks(run.result)
@@ -271,29 +358,41 @@ def fixed_script(case: Case, workdir: Path) -> Path | None:
 
 
 def _run_and_judge(script: Path, judge: Callable[[Run], tuple[bool, str]], fixtures: Path, device: str, nproc: int,
-                   timeout: float, torchrun_args: tuple[str, ...]) -> tuple[bool, str, float]:
+                   timeout: float, torchrun_args: tuple[str, ...], *launch) -> tuple[bool, str, float]:
     """Run and judge once, and once more if that failed: torch's process groups can abort a rank while
     the interpreter exits, after the work is done. A pass on the second run says so in the row."""
-    run = run_script(script, fixtures, device, nproc, timeout, torchrun_args)
+    run = run_script(script, fixtures, device, nproc, timeout, torchrun_args, *launch)
     ok, detail = judge(run)
     if ok:
         return ok, detail, run.seconds
-    second = run_script(script, fixtures, device, nproc, timeout, torchrun_args)
+    second = run_script(script, fixtures, device, nproc, timeout, torchrun_args, *launch)
     second_ok, second_detail = judge(second)
     if second_ok:
         return True, f"{second_detail} (2nd run; 1st: {detail})", run.seconds + second.seconds
     return False, detail, run.seconds + second.seconds
 
 
-def verify_case(case: Case, device: str, nproc: int, fixtures: Path, timeout: float, torchrun_args: tuple[str, ...], workdir: Path) -> Row:
-    row = Row(case.rule, device, nproc, "fsdplint fix" if case.fixed_source == "fix" else "good.py")
-    where = (fixtures, device, nproc, timeout, torchrun_args)
+def visible_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def verify_case(case: Case, device: str, nproc: int, fixtures: Path, timeout: float, torchrun_args: tuple[str, ...], workdir: Path,
+                gpus: int = 0) -> Row:
+    launch = case.launch
+    ranks = (launch.nproc_per_node or nproc) * launch.nnodes
+    row = Row(case.rule, device, ranks, "fsdplint fix" if case.fixed_source == "fix" else "good.py")
+    row.skipped = launch.skip_reason(device, gpus) or ""
+    if row.skipped:
+        return row
+    where = (fixtures, device, nproc, timeout, torchrun_args, launch, gpus)
     row.bad_ok, row.bad_detail, row.seconds = _run_and_judge(case.folder / "bad.py", lambda run: judge_bad(case.bad, run), *where)
     script = fixed_script(case, workdir)
     if script is None:
         row.fixed_detail = "fix produced no change"
         return row
-    row.fixed_ok, row.fixed_detail, seconds = _run_and_judge(script, judge_fixed, *where)
+    row.fixed_ok, row.fixed_detail, seconds = _run_and_judge(script, lambda run: judge_fixed(run, case.bad), *where)
     row.seconds += seconds
     return row
 
@@ -318,10 +417,11 @@ def verify_all(cases: list[Case], plan: list[tuple[str, int]], fixtures: Path, t
         date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         devices=describe_devices(plan),
     )
+    gpus = visible_gpus()
     with tempfile.TemporaryDirectory(prefix="fsdplint-verify-") as workdir:
         for case in cases:
             for device, nproc in plan:
-                row = verify_case(case, device, nproc, fixtures, timeout, torchrun_args, Path(workdir))
+                row = verify_case(case, device, nproc, fixtures, timeout, torchrun_args, Path(workdir), gpus)
                 report.rows.append(row)
                 progress(row)
     return report
@@ -330,16 +430,24 @@ def verify_all(cases: list[Case], plan: list[tuple[str, int]], fixtures: Path, t
 TABLE_HEADER = f"{'':4}  {'rule':<8} {'device':<7} {'secs':>5}  {'bad: symptom seen':<52}  fixed: trains?"
 
 
+def _verdict(row: Row) -> str:
+    return "SKIP" if row.skipped else "PASS" if row.passed else "FAIL"
+
+
 def format_row(row: Row) -> str:
+    if row.skipped:
+        return f"SKIP  {row.rule:<8} {row.device}x{row.nproc:<3} {row.seconds:5.1f}  {row.skipped}"
     bad = ("" if row.bad_ok else "NO: ") + row.bad_detail
     fixed = ("" if row.fixed_ok else "NO: ") + f"{row.fixed_detail} ({row.fixed_source})"
-    return f"{'PASS' if row.passed else 'FAIL'}  {row.rule:<8} {row.device}x{row.nproc:<3} {row.seconds:5.1f}  {bad:<52}  {fixed}"
+    return f"{_verdict(row)}  {row.rule:<8} {row.device}x{row.nproc:<3} {row.seconds:5.1f}  {bad:<52}  {fixed}"
 
 
 def summary(report: Report) -> str:
-    failed = [f"{row.rule} ({row.device})" for row in report.rows if not row.passed]
-    verdict = "all verified" if not failed else f"FAILED: {', '.join(failed)}"
-    return f"{len(report.rows) - len(failed)}/{len(report.rows)} passed; {verdict}."
+    failed = [f"{row.rule} ({row.device})" for row in report.rows if row.failed]
+    skipped = sum(bool(row.skipped) for row in report.rows)
+    passed = sum(row.passed for row in report.rows)
+    verdict = f"FAILED: {', '.join(failed)}" if failed else "all verified" if passed else "nothing ran"
+    return f"{passed}/{len(report.rows)} passed{f', {skipped} skipped' if skipped else ''}; {verdict}."
 
 
 def _cell(text: str) -> str:
@@ -355,6 +463,8 @@ def markdown(report: Report) -> str:
         "`bad.py` (or `good.py`, for rules without a fix) must train: exit 0, finite and decreasing loss,",
         "every parameter updated, ranks in agreement, and every extra check true (a checkpoint a fresh",
         "process can load, ...). The expectations come from each rule's `tests/fixtures/<CODE>/verify.toml`.",
+        "A row marked skipped needs what this machine lacks (CUDA, more GPUs; its `[run]` table says why):",
+        "it did not run and is not a pass.",
         "",
         "To reproduce: `pip install 'fsdplint[verify]'`, then `fsdplint verify` from the checkout",
         "(`--device cpu|cuda|auto`, `--rule CODE`, `--nproc N`, `--timeout S`; for several nodes,",
@@ -368,6 +478,9 @@ def markdown(report: Report) -> str:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in report.rows:
+        if row.skipped:
+            lines.append(f"| {row.rule} | {row.device} × {row.nproc} | skipped: {_cell(row.skipped)} | {row.fixed_source} | | | skipped |")
+            continue
         bad = ("" if row.bad_ok else "NO: ") + row.bad_detail
         fixed = ("" if row.fixed_ok else "NO: ") + row.fixed_detail
         lines.append(f"| {row.rule} | {row.device} × {row.nproc} | {_cell(bad)} | {row.fixed_source} | {_cell(fixed)} "

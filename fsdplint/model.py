@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import builtins
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -49,6 +49,16 @@ _PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
 # Methods whose result no longer holds a shard of the parameters it came from.
 _GATHERS = frozenset({"full_tensor", "to_local", "item", "tolist", "numpy"})
 _MAX_INLINE_DEPTH = 4
+
+GLOBAL_RANK = "global"  # the process's rank among all processes: `RANK`, `dist.get_rank()`
+LOCAL_RANK = "local"  # its rank on its own node: `LOCAL_RANK`, `dist.get_node_local_rank()`
+_RANK_VARIABLES = {
+    "RANK": GLOBAL_RANK, "SLURM_PROCID": GLOBAL_RANK, "OMPI_COMM_WORLD_RANK": GLOBAL_RANK, "PMI_RANK": GLOBAL_RANK,
+    "LOCAL_RANK": LOCAL_RANK, "SLURM_LOCALID": LOCAL_RANK, "OMPI_COMM_WORLD_LOCAL_RANK": LOCAL_RANK, "MPI_LOCALRANKID": LOCAL_RANK,
+}
+_RANK_CALLS = {"torch.distributed.get_rank": GLOBAL_RANK, "torch.distributed.get_node_local_rank": LOCAL_RANK}
+_ENVIRONMENT_READS = frozenset({"os.environ.get", "os.getenv"})
+_RANK_CONVERSIONS = frozenset({"int", "str"})  # builtins whose result is still the same rank
 
 SHARD = "shard"  # fully_shard(target) (FSDP2)
 WRAP = "wrap"  # FullyShardedDataParallel(target) (FSDP1)
@@ -98,6 +108,16 @@ class Ref:
         return all(mine == theirs or "[]" in (mine, theirs) for mine, theirs in zip(self.path, other.path))
 
 
+@dataclass(frozen=True)
+class Rank:
+    """A value that is a process rank (`scope` GLOBAL_RANK or LOCAL_RANK), or a string formatted from
+    one when `formatted` (`f"cuda:{rank}"`)."""
+
+    scope: str
+    formatted: bool = False
+    variable: str | None = None  # the environment variable it was read from (`RANK`); None: a call
+
+
 @dataclass
 class Value:
     """What an expression evaluates to, as far as the model cares."""
@@ -107,6 +127,7 @@ class Value:
     iterates: Ref | None = None  # iterating the value yields sub-modules of this ref
     event: Event | None = None  # the event that produced the value
     elements: tuple[Value, ...] | None = None  # a tuple or list literal, element by element
+    rank: Rank | None = None  # the value is (or formats) the process's rank
 
 
 @dataclass
@@ -546,7 +567,7 @@ class _Walker:
             if root:
                 self.flow.assigned_roots.add(root)
                 self.record_origin(root, value.event)
-            bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, elements=value.elements)
+            bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, elements=value.elements, rank=value.rank)
         self.env[key] = bound
         if value.event is not None and value.event.binding is None:
             value.event.binding = bound.ref
@@ -604,6 +625,8 @@ class _Walker:
             base = self.expr(node.value, statement, parents)
             for element in node.slice:
                 self.expr(element, statement, parents)
+            if self.file.qualify(node.value) == "os.environ" and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+                return Value(rank=_rank_variable(node.slice[0].slice.value))
             return Value(ref=base.ref.child("[]")) if base.ref else Value()
         if isinstance(node, cst.Call):
             return self.call(node, statement, parents, with_item)
@@ -615,6 +638,10 @@ class _Walker:
             elements = tuple(self.expr(element.value, statement, parents) for element in node.elements)
             params = frozenset().union(*(element.params_of for element in elements))
             return Value(params_of=params, elements=elements, iterates=_common_ref([e.ref for e in elements]))
+        if isinstance(node, cst.FormattedString):
+            parts = [self.expr(part, statement, parents) for part in _subexpressions(node)]
+            ranks = {part.rank for part in parts if part.rank}
+            return Value(rank=replace(ranks.pop(), formatted=True) if len(ranks) == 1 else None)
         # Anything else: evaluate the parts and pass parameter flows through (dicts, operators, f-strings).
         params: frozenset[Ref] = frozenset()
         for part in _subexpressions(node):
@@ -692,7 +719,18 @@ class _Walker:
         if callee_ref is not None:
             return Value(event=self.emit(CALL_VALUE, node, targets=(callee_ref,), **common))
         event = self.emit(CALL, node, **{**common, "qname": qname or dotted_name(func)})
-        return Value(event=event, params_of=flowing if qname is None else frozenset())
+        return Value(event=event, params_of=flowing if qname is None else frozenset(), rank=self.rank_of_call(qname, func, node, args))
+
+    @staticmethod
+    def rank_of_call(qname: str | None, func: cst.CSTNode, node: cst.Call, args: tuple[Value, ...]) -> Rank | None:
+        """`dist.get_rank()`, `os.environ.get("LOCAL_RANK")`, `int(rank)`: the rank the call returns."""
+        if qname in _RANK_CALLS:
+            return Rank(_RANK_CALLS[qname])
+        if qname in _ENVIRONMENT_READS and node.args:
+            return _rank_variable(node.args[0].value)
+        if qname is None and isinstance(func, cst.Name) and func.value in _RANK_CONVERSIONS and len(args) == 1:
+            return args[0].rank
+        return None
 
     @staticmethod
     def is_meta_literal(node: cst.CSTNode) -> bool:
@@ -748,7 +786,7 @@ class _Walker:
         for name in params:
             if name not in env or env[name].ref is None:
                 given = env.get(name, Value())
-                env[name] = Value(ref=Ref(prefix + name), params_of=given.params_of)
+                env[name] = Value(ref=Ref(prefix + name), params_of=given.params_of, rank=given.rank)
                 self.flow.assigned_roots.add(prefix + name)
                 self.record_origin(prefix + name, given.event)
         walker = _Walker(self.flow, callee.file, callee, env, prefix, self.chain + (callee.name,), self.depth + 1, self.stack)
@@ -774,6 +812,13 @@ def _common_ref(refs: list[Ref | None]) -> Ref | None:
             break
         path.append(parts[0])
     return Ref(first.root, tuple(path))
+
+
+def _rank_variable(node: cst.CSTNode) -> Rank | None:
+    """The rank an environment variable named by `node` holds (`"LOCAL_RANK"`), if it is one."""
+    if isinstance(node, cst.SimpleString) and node.evaluated_value in _RANK_VARIABLES:
+        return Rank(_RANK_VARIABLES[node.evaluated_value], variable=node.evaluated_value)
+    return None
 
 
 _LEAVES = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis)

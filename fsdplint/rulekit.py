@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 if TYPE_CHECKING:
     import libcst as cst
 
-    from fsdplint.model import Event, FileModel, Flow, Ref
+    from fsdplint.model import Event, FileModel, Flow, Ref, Value
 
 
 def where(event: Event) -> str:
@@ -89,3 +89,67 @@ def statement_after_loops(events: list[Event]) -> cst.CSTNode | None:
         common = common[:loops[0]]
     last = events[-1]
     return (last.parents + (last.statement,))[len(common)]
+
+
+# Calls every argument of which names a device or a device index.
+DEVICE_CALLS = frozenset({
+    "torch.cuda.set_device", "torch.accelerator.set_device_index", "torch.cuda.device", "torch.accelerator.device_index", "torch.device",
+})
+_DEVICE_METHODS = frozenset({"cuda", "to"})  # their first argument names a device
+_DEVICE_KEYWORDS = frozenset({"device", "device_id", "device_ids"})  # of any call
+
+
+def device_arguments(event: Event) -> Iterator[tuple[cst.CSTNode, Value]]:
+    """The arguments of a call that name a device or a device index, each with its value: every one
+    of `torch.cuda.set_device(...)` or `torch.device(...)`, the first of `x.cuda(...)` or `x.to(...)`,
+    and `device=`, `device_id=` or each element of `device_ids=[...]` of any call."""
+    import libcst as cst
+
+    from fsdplint.model import CALL
+
+    positional, keywords = argument_values(event)
+    # `Net().cuda(i)` is a CALL the model could not resolve, `model.cuda(i)` a METHOD.
+    method = event.node.func.attr.value if isinstance(event.node.func, cst.Attribute) else None
+    if event.kind == CALL and event.qname in DEVICE_CALLS:
+        yield from positional
+    elif method in _DEVICE_METHODS and not (event.qname or "").startswith("torch."):
+        yield from positional[:1]
+    for keyword, (node, value) in keywords.items():
+        if keyword not in _DEVICE_KEYWORDS:
+            continue
+        if isinstance(node, (cst.List, cst.Tuple)) and value.elements is not None:
+            yield from zip((element.value for element in node.elements), value.elements)
+        else:
+            yield node, value
+
+
+def argument_values(event: Event) -> tuple[list[tuple[cst.CSTNode, Value]], dict[str, tuple[cst.CSTNode, Value]]]:
+    """A call event's positional arguments and its keyword arguments, each node with its value."""
+    positional = [arg.value for arg in event.node.args if arg.keyword is None and not arg.star]
+    keywords = {arg.keyword.value: (arg.value, event.kwargs[arg.keyword.value]) for arg in event.node.args
+                if arg.keyword is not None and arg.keyword.value in event.kwargs}
+    return list(zip(positional, event.args)), keywords
+
+
+def script_flows(program) -> Iterator[Flow]:
+    """The flows that run a script from start to end: each file's top level (with `main()` and what it
+    calls inlined) and the functions `torch.multiprocessing.spawn(fn, ...)` starts. A function no
+    checked file calls may be called by code fsdplint cannot see, which may do what it lacks."""
+    import libcst as cst
+
+    from fsdplint.model import CALL
+
+    spawned = {event.node.args[0].value.value for flow in program.flows for event in flow.of_kind(CALL)
+               if (event.qname or "").endswith("multiprocessing.spawn") and event.node.args
+               and isinstance(event.node.args[0].value, cst.Name)}
+    for flow in program.flows:
+        if flow.function is None or (flow.is_entry and flow.function.name in spawned):
+            yield flow
+
+
+def process_group_backend(event: Event) -> str | None:
+    """The backend an `init_process_group` call names as a string literal (`"nccl"`, `"cpu:gloo,cuda:nccl"`);
+    None when it names none or computes it."""
+    positional, keywords = argument_values(event)
+    node = positional[0][0] if positional else keywords.get("backend", (None, None))[0]
+    return getattr(node, "evaluated_value", None) if node is not None else None

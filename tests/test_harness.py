@@ -158,3 +158,65 @@ def test_linting_never_imports_torch(tmp_path: Path):
     )
     completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
     assert completed.returncode == 0, completed.stderr
+
+
+def test_a_row_that_cannot_run_here_is_skipped_with_its_reason(tmp_path: Path):
+    folder = tmp_path / "FSDP998"
+    folder.mkdir()
+    (folder / "verify.toml").write_text('[bad]\nsymptom = "error"\n[fixed]\nsource = "good"\n'
+                                        '[run]\ndevices = ["cuda"]\nmin_gpus = 2\nreason = "two GPUs show it"\n')
+    case, = harness.load_cases(tmp_path)
+    cpu = harness.verify_case(case, "cpu", 2, tmp_path, 60, (), tmp_path, gpus=0)
+    one_gpu = harness.verify_case(case, "cuda", 1, tmp_path, 60, (), tmp_path, gpus=1)
+    assert cpu.skipped == "runs on cuda only: two GPUs show it"
+    assert one_gpu.skipped == "needs 2 GPUs, 1 visible: two GPUs show it"
+    assert not cpu.passed and not cpu.failed
+    assert harness.format_row(cpu).startswith("SKIP  FSDP998")
+    report = harness.Report("2.13", "3.11", "linux", "today", ["cpu × 2"], rows=[cpu])
+    assert not report.passed and harness.summary(report) == "0/1 passed, 1 skipped; nothing ran."
+    assert "| FSDP998 | cpu × 2 | skipped: runs on cuda only: two GPUs show it |" in harness.markdown(report)
+    trained = harness.Row("FSDP997", "cpu", 2, "good.py", bad_ok=True, fixed_ok=True)
+    report.rows.append(trained)
+    assert report.passed and harness.summary(report) == "1/2 passed, 1 skipped; all verified."
+
+
+def test_simulated_nodes_need_a_gpu_each_on_cuda_rows_and_share_on_cpu_rows():
+    launch = harness.Launch(nnodes=2, nproc_per_node=1, gpus_per_node=1, min_gpus=1)
+    assert launch.skip_reason("cuda", 1) == "needs 2 GPUs, 1 visible"
+    assert launch.skip_reason("cuda", 2) is None and launch.skip_reason("cpu", 1) is None
+    assert launch.skip_reason("cpu", 0) == "needs 1 GPU, 0 visible"
+    assert [harness._node_gpus(launch, node, 2) for node in (0, 1)] == [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]
+    assert [harness._node_gpus(launch, node, 1) for node in (0, 1)] == [{"CUDA_VISIBLE_DEVICES": "0"}] * 2
+
+
+def test_run_table_is_validated(tmp_path: Path):
+    (tmp_path / "FSDP999").mkdir()
+    spec = tmp_path / "FSDP999" / "verify.toml"
+    spec.write_text('[bad]\nsymptom = "error"\n[run]\nnodes = 2\n')
+    with pytest.raises(harness.VerifyError, match="unknown \\[run\\] keys nodes"):
+        harness.load_cases(tmp_path)
+    spec.write_text('[bad]\nsymptom = "error"\n[run]\ndevices = ["tpu"]\n')
+    with pytest.raises(harness.VerifyError, match="devices must be cpu or cuda"):
+        harness.load_cases(tmp_path)
+    spec.write_text('[bad]\nsymptom = "warning"\n')
+    with pytest.raises(harness.VerifyError, match="warning symptom needs `match`"):
+        harness.load_cases(tmp_path)
+
+
+def test_a_warning_is_a_symptom_even_on_success_and_the_fix_must_silence_it():
+    bad = {"symptom": "warning", "match": "destroy_process_group() was not called"}
+    trained = {"losses": [1.0, 0.5], "params_updated": 8, "params_total": 8, "finite": True, "ranks_agree": True}
+    warned = harness.Run(0, "[rank0]: Warning: WARNING: destroy_process_group() was not called before program exit\n", 2.0, trained)
+    assert harness.judge_bad(bad, warned) == (True, "warning: destroy_process_group() was not called")
+    assert harness.judge_fixed(warned, bad) == (False, "still warns `destroy_process_group() was not called`")
+    assert not harness.judge_bad(bad, harness.Run(0, "", 2.0, trained))[0]
+    assert harness.judge_fixed(harness.Run(0, "", 2.0, trained), bad)[0]
+
+
+@needs_torch
+def test_simulated_nodes_are_one_torchrun_agent_each(tmp_path: Path):
+    launch = harness.Launch(nnodes=2, nproc_per_node=1)
+    run = harness.run_script(SELF_TESTS / "nodes.py", tmp_path, "cpu", 2, timeout=120, launch=launch)
+    assert run.returncode == 0, run.output
+    lines = sorted(line for line in run.output.splitlines() if line.startswith("NODE "))
+    assert lines == ["NODE 0 RANK 0 LOCAL_RANK 0 WORLD 2 GPUS -", "NODE 1 RANK 1 LOCAL_RANK 0 WORLD 2 GPUS -"]

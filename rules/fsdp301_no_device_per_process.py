@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+from typing import Iterable
+
+from fsdplint.rule import Finding, FixAvailability, Rule, Severity
+
+# Calls that choose this process's device, or try to (FSDP305 reports the ones that do not);
+# `init_device_mesh` sets it from LOCAL_RANK while CUDA is not yet initialized.
+_DEVICE_CHOICES = frozenset({
+    "torch.cuda.set_device", "torch.accelerator.set_device_index", "torch.cuda.device", "torch.accelerator.device_index",
+    "torch.distributed.device_mesh.init_device_mesh",
+})
+
+
+class NoDevicePerProcess(Rule):
+    """
+    ## What it does
+    Finds `init_process_group("nccl")` in a script that never chooses a GPU for its process: no
+    `torch.cuda.set_device(local_rank)`, `torch.accelerator.set_device_index`, `device_id=`,
+    `init_device_mesh`, or device built from a rank (`torch.device("cuda", local_rank)`,
+    `model.cuda(local_rank)`).
+
+    ## Why is this bad?
+    Every process starts on GPU 0. With one process per GPU, all of them allocate on GPU 0 and NCCL
+    refuses to build the group: `ncclInvalidUsage ... Duplicate GPU detected : rank 1 and rank 0 both
+    on CUDA device`. The other GPUs stay idle.
+
+    Only whole scripts are checked (a file's top level and what it calls, or a function started by
+    `torch.multiprocessing.spawn`), since a caller fsdplint cannot see may choose the device. Scripts
+    that set `CUDA_VISIBLE_DEVICES` per process, call a helper of their own that names a device
+    (`get_device(...)`), run a single process (`world_size=1`), or use gloo are not reported.
+
+    ## Example
+    ```python
+    dist.init_process_group("nccl")
+    model = Model().cuda()
+    ```
+
+    ## Use instead
+    ```python
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl")
+    model = Model().cuda()
+    ```
+
+    ## Fix safety
+    No fix: which launcher sets the local rank, and where the device should be chosen, depends on
+    the script.
+
+    ## References
+    - [torch.cuda.set_device](https://pytorch.org/docs/stable/generated/torch.cuda.set_device.html)
+    - [init_process_group device_id](https://pytorch.org/docs/stable/distributed.html#torch.distributed.init_process_group)
+    """
+
+    code = "FSDP301"
+    name = "no-device-per-process"
+    summary = "NCCL process group in a script that never chooses its process's GPU"
+    severity = Severity.ERROR
+    fix_availability = FixAvailability.NONE
+    trigger_tokens = ("init_process_group",)
+
+    def check(self, program) -> Iterable[Finding]:
+        from fsdplint.model import CALL, METHOD
+        from fsdplint.rulekit import process_group_backend, script_flows
+
+        for flow in script_flows(program):
+            events = list(flow.of_kind(CALL, METHOD))
+            if any("CUDA_VISIBLE_DEVICES" in event.file.source.text for event in events):
+                continue
+            if any(_chooses_device(event) for event in events):
+                continue
+            for event in events:
+                if event.qname == "torch.distributed.init_process_group" and "nccl" in (process_group_backend(event) or "") and not _single_process(event):
+                    yield Finding(event.file, event.node,
+                                  "NCCL process group, but this process never chooses its GPU: every rank works on GPU 0 "
+                                  "(`Duplicate GPU detected`); call `torch.cuda.set_device(int(os.environ[\"LOCAL_RANK\"]))` "
+                                  "before it, or pass `device_id=`")
+
+
+def _single_process(event) -> bool:
+    """`world_size=1`: one process, and GPU 0 is its GPU."""
+    world_size = next((arg.value for arg in event.node.args if arg.keyword is not None and arg.keyword.value == "world_size"), None)
+    return getattr(world_size, "value", None) == "1"
+
+
+def _chooses_device(event) -> bool:
+    """The event chooses a device for this process: a device-setting call, `device_id=`, a helper that
+    names a device, or a device index that is not a constant (`model.cuda(local_rank)`,
+    `torch.device("cuda", local_rank)`, `f"cuda:{local_rank}"`, anything computed from a rank)."""
+    import libcst as cst
+
+    from fsdplint.model import CALL, METHOD
+    from fsdplint.rulekit import device_arguments
+
+    if event.kind == CALL and event.qname in _DEVICE_CHOICES:
+        return True
+    callee = event.method if event.kind == METHOD else event.qname
+    if not (event.qname or "").startswith("torch.") and "device" in (callee or "").lower():
+        return True  # a helper fsdplint cannot see into, such as torchtune's `utils.get_device("cuda")`
+    if any(arg.keyword is not None and arg.keyword.value == "device_id" for arg in event.node.args):
+        return True
+    # Whatever `x.cuda(...)` or the second argument of `torch.device` is given is an index.
+    indices = {id(arg.value) for arg in event.node.args[event.qname == "torch.device":]}
+    is_cuda = isinstance(event.node.func, cst.Attribute) and event.node.func.attr.value == "cuda"
+    for node, value in device_arguments(event):
+        if isinstance(node, (cst.Integer, cst.SimpleString)):
+            continue  # the same device on every rank
+        if value.rank is not None or isinstance(node, cst.FormattedString) or (id(node) in indices and (is_cuda or event.qname == "torch.device")):
+            return True
+    return False

@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+from typing import Iterable
+
+from fsdplint.rule import Finding, FixAvailability, Rule, Severity
+
+INIT = "torch.distributed.init_process_group"
+DESTROY = "torch.distributed.destroy_process_group"
+
+
+class ProcessGroupNotDestroyed(Rule):
+    """
+    ## What it does
+    Finds a script that initializes a process group and ends without `destroy_process_group()`.
+
+    ## Why is this bad?
+    The process group then lives until the interpreter tears it down. NCCL warns on every node,
+    `WARNING: destroy_process_group() was not called before program exit, which can leak
+    resources`, and the exit can hang while pending NCCL work is aborted in a destructor.
+
+    A group whose backend is written as `"gloo"` is not reported: gloo exits silently.
+
+    The script is a file's top level (what runs when it is launched, `main()` under
+    `if __name__ == "__main__":` included) or a function handed to `torch.multiprocessing.spawn`.
+    A `destroy_process_group()` anywhere after the initialization counts, through calls to
+    functions of the checked files, in a `finally:` block, or registered with `atexit`.
+
+    ## Example
+    ```python
+    dist.init_process_group("nccl")
+    train()
+    ```
+
+    ## Use instead
+    ```python
+    dist.init_process_group("nccl")
+    try:
+        train()
+    finally:
+        dist.destroy_process_group()
+    ```
+
+    ## Fix safety
+    No fix: where the script ends, and whether a failure should still destroy the group, is the
+    author's choice.
+
+    ## References
+    - [Shutdown](https://pytorch.org/docs/stable/distributed.html#shutdown)
+    """
+
+    code = "FSDP304"
+    name = "process-group-not-destroyed"
+    summary = "Process group initialized but never destroyed on the script's exit path"
+    severity = Severity.WARNING
+    fix_availability = FixAvailability.NONE
+    trigger_tokens = ("init_process_group",)
+
+    def check(self, program) -> Iterable[Finding]:
+        from fsdplint.model import CALL
+        from fsdplint.rulekit import process_group_backend, script_flows, via
+
+        # Functions that destroy the process group, by name: a script may reach them through a call
+        # the model cannot resolve (`trainer.close()`).
+        destroyers = {flow.function.name for flow in program.flows
+                      if flow.function and any(event.qname == DESTROY for event in flow.of_kind(CALL))}
+        for flow in script_flows(program):
+            init = next((event for event in flow.of_kind(CALL) if event.qname == INIT), None)
+            backend = process_group_backend(init) if init else None
+            if init is None or (backend is not None and "nccl" not in backend):
+                continue  # a gloo group left to the interpreter exits silently
+            later = flow.events[init.index + 1:]
+            if any(_destroys(event, destroyers) for event in later):
+                continue
+            yield Finding(init.file, init.node,
+                          f"the process group initialized here is never destroyed{via(init)}: with NCCL, torch warns "
+                          f"`destroy_process_group() was not called before program exit` and exit can hang; "
+                          f"call `dist.destroy_process_group()` when the script ends")
+
+
+def _destroys(event, destroyers: set[str]) -> bool:
+    from fsdplint.model import CALL, ENTER, METHOD
+
+    if event.kind == CALL and event.qname == DESTROY:
+        return True
+    if event.kind in (CALL, ENTER) and any(event.file.qualify(arg.value) == DESTROY for arg in event.node.args):
+        return True  # atexit.register(dist.destroy_process_group)
+    name = event.method if event.kind == METHOD else (event.qname or "").rsplit(".", 1)[-1] if event.kind == CALL else None
+    return name in destroyers
+
