@@ -46,12 +46,11 @@ def _selectors(values: tuple[str, ...]) -> list[str]:
 def _select_rules(ruleset: RuleSet, settings: Settings, select: list[str], extend_select: list[str], ignore: list[str]):
     chosen: dict[str, type] = {}
     for selector in (select or settings.select) + settings.extend_select + extend_select:
-        rules = ruleset.expand(selector)
-        if not rules:
+        if not ruleset.expand(selector, include_opt_in=True):
             _fail(f"unknown rule selector `{selector}` (see `fsdplint rule --all`)")
-        chosen.update((rule.code, rule) for rule in rules)
+        chosen.update((rule.code, rule) for rule in ruleset.expand(selector))
     for selector in settings.ignore + ignore:
-        rules = ruleset.expand(selector)
+        rules = ruleset.expand(selector, include_opt_in=True)
         if not rules:
             _fail(f"unknown rule selector `{selector}` in ignore (see `fsdplint rule --all`)")
         for rule in rules:

@@ -552,6 +552,9 @@ class _Walker:
             value.event.binding = bound.ref
             if value.event.kind == OPTIMIZER and bound.ref:
                 self.flow.optimizer_bindings.add(bound.ref)
+            if value.event.kind in (SHARD, WRAP) and not value.event.targets and bound.ref:
+                # `model = FSDP(Model())`: the module wrapped is the one the name now holds.
+                value.event.targets = (bound.ref,)
         if statement is not None and bound.ref is not None and (self.meta_depth or value.event and value.event.kind == META):
             self.emit(META, target, statement, parents, targets=(bound.ref,))
 
