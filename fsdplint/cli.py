@@ -238,7 +238,7 @@ def verify(rules, device, nproc, timeout, report_path, fixtures, torchrun_args) 
         plan = harness.device_plan(device, nproc)
     except harness.VerifyError as error:
         _fail(str(error))
-    click.echo(f"Verifying {len(cases)} rule(s) from {fixtures} on {', '.join(f'{d} x {n}' for d, n in plan)} (torch {torch.__version__})")
+    click.echo(f"Verifying {len(cases)} case(s) from {fixtures} on {', '.join(f'{d} x {n}' for d, n in plan)} (torch {torch.__version__})")
     click.echo(harness.TABLE_HEADER)
     report = harness.verify_all(cases, plan, fixtures, timeout, torchrun_args, lambda row: click.echo(harness.format_row(row)))
     click.echo(harness.summary(report))

@@ -384,13 +384,13 @@ def verify_all(cases: list[Case], plan: list[tuple[str, int]], fixtures: Path, t
     return report
 
 
-TABLE_HEADER = f"{'':4}  {'rule':<8} {'device':<7} {'secs':>5}  {'bad: symptom seen':<52}  fixed: trains?"
+TABLE_HEADER = f"{'':4}  {'rule':<24} {'device':<7} {'secs':>5}  {'bad: symptom seen':<52}  fixed: trains?"
 
 
 def format_row(row: Row) -> str:
     bad = ("" if row.bad_ok else "NO: ") + row.bad_detail
     fixed = ("" if row.fixed_ok else "NO: ") + f"{row.fixed_detail} ({row.fixed_source})"
-    return f"{'PASS' if row.passed else 'FAIL'}  {row.rule:<8} {row.device}x{row.nproc:<3} {row.seconds:5.1f}  {bad:<52}  {fixed}"
+    return f"{'PASS' if row.passed else 'FAIL'}  {row.rule:<24} {row.device}x{row.nproc:<3} {row.seconds:5.1f}  {bad:<52}  {fixed}"
 
 
 def summary(report: Report) -> str:

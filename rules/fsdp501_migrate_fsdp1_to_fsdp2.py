@@ -139,6 +139,10 @@ class _Migration:
     def code(self, node) -> str:
         return self.event.file.code(node).strip()
 
+    def quote(self, node) -> str:
+        """`node`'s code on one line, for a message."""
+        return " ".join(self.code(node).split())
+
     def need(self, module: str, *names: str) -> None:
         self.imports.setdefault(module, set()).update(names)
 
@@ -184,7 +188,9 @@ class _Migration:
 
     def map_arguments(self, call) -> None:
         arguments = {arg.keyword.value: arg.value for arg in call.args[1:] if arg.keyword is not None}
-        if any(arg.keyword is None for arg in call.args[1:]):
+        if any(arg.star for arg in call.args):
+            self.manual.append(f"`{next(self.quote(arg) for arg in call.args if arg.star)}`: the arguments are not known here; spell them out")
+        elif any(arg.keyword is None for arg in call.args[1:]):
             self.manual.append("pass FSDP's arguments by keyword")
         mesh = self.code(arguments["device_mesh"]) if "device_mesh" in arguments else None
         reshard, hybrid = self.strategy(arguments.get("sharding_strategy"))
@@ -222,7 +228,7 @@ class _Migration:
         name = _fsdp_name(self.event.file, value) or ""
         member = name.removeprefix("ShardingStrategy.")
         if member not in _STRATEGIES:
-            self.manual.append(f"`sharding_strategy={self.code(value)}` has no FSDP2 mapping here (FULL_SHARD, SHARD_GRAD_OP and HYBRID_SHARD do; NO_SHARD is DDP: use `replicate`)")
+            self.manual.append(f"`sharding_strategy={self.quote(value)}` has no FSDP2 mapping here (FULL_SHARD, SHARD_GRAD_OP and HYBRID_SHARD do; NO_SHARD is DDP: use `replicate`)")
             return None, False
         return _STRATEGIES[member]
 
@@ -273,7 +279,7 @@ class _Migration:
             if built[1] is not None:
                 self.drop_definition(built[1])
             return
-        self.manual.append(f"`auto_wrap_policy={self.code(value)}`: call `fully_shard` on each module the policy wraps, bottom-up, "
+        self.manual.append(f"`auto_wrap_policy={self.quote(value)}`: call `fully_shard` on each module the policy wraps, bottom-up, "
                            f"then on the root (only `ModuleWrapPolicy` and `transformer_auto_wrap_policy` with a literal set of classes are migrated)")
 
     def mixed_precision(self, value) -> None:
@@ -281,7 +287,7 @@ class _Migration:
 
         built = self.constructor(value, self.event.kwargs.get("mixed_precision"), "MixedPrecision", "MixedPrecisionPolicy")
         if built is None:
-            self.manual.append(f"`mixed_precision={self.code(value)}`: build a `MixedPrecisionPolicy(param_dtype=..., reduce_dtype=...)` in this file and pass it as `mp_policy=`")
+            self.manual.append(f"`mixed_precision={self.quote(value)}`: build a `MixedPrecisionPolicy(param_dtype=..., reduce_dtype=...)` in this file and pass it as `mp_policy=`")
             return
         call, bound, name = built
         allowed = {"param_dtype", "reduce_dtype", "buffer_dtype", "cast_forward_inputs", "output_dtype"}
@@ -304,11 +310,11 @@ class _Migration:
     def cpu_offload(self, value) -> None:
         built = self.constructor(value, self.event.kwargs.get("cpu_offload"), "CPUOffload")
         if built is None or built[1] is not None:
-            self.manual.append(f"`cpu_offload={self.code(value)}`: pass `offload_policy=CPUOffloadPolicy()` for `CPUOffload(offload_params=True)`")
+            self.manual.append(f"`cpu_offload={self.quote(value)}`: pass `offload_policy=CPUOffloadPolicy()` for `CPUOffload(offload_params=True)`")
             return
         offload = next((arg.value for arg in built[0].args if arg.keyword is None or arg.keyword.value == "offload_params"), None)
         if offload is not None and _literal_bool(offload) is None:
-            self.manual.append(f"`cpu_offload={self.code(value)}`: pass `offload_policy=CPUOffloadPolicy()` when it offloads")
+            self.manual.append(f"`cpu_offload={self.quote(value)}`: pass `offload_policy=CPUOffloadPolicy()` when it offloads")
         elif offload is not None and _literal_bool(offload):
             self.keywords.append("offload_policy=CPUOffloadPolicy()")
             self.need("torch.distributed.fsdp", "CPUOffloadPolicy")
@@ -355,14 +361,16 @@ class _Migration:
     # the wrap itself
 
     def place(self) -> None:
+        """`x = FSDP(model, ...)` -> the statements before, the loop over blocks, `x = fully_shard(model, ...)`,
+        the statements after; the blank lines and comments above the wrap stay above all of them."""
         import libcst as cst
 
-        from fsdplint.fixes import InsertAfter, InsertBefore, Replace, parse_statements
+        from fsdplint.fixes import Replace, parse_statements
         from fsdplint.rulekit import is_simple_statement, unused_name
 
         if self.manual:
             return
-        if not is_simple_statement(self.event.statement) or self.event.parents and isinstance(self.event.parents[-1], cst.SimpleStatementSuite):
+        if not is_simple_statement(self.event.statement):
             self.manual.append("put the wrap on a line of its own")
             return
         keywords = "".join(f", {keyword}" for keyword in self.keywords)
@@ -375,11 +383,18 @@ class _Migration:
         self.need("torch.distributed.fsdp", "fully_shard")
         root = cst.parse_expression(f"fully_shard({model}{keywords})")
         self.operations.append(Replace(self.event.node, lambda node: root))
-        if before:
-            statements = parse_statements(self.event.file, "".join(f"{line}\n" for line in before))
-            self.operations.append(InsertBefore(self.event.statement, statements))
-        if self.after:
-            self.operations.append(InsertAfter(self.event.statement, parse_statements(self.event.file, "".join(f"{line}\n" for line in self.after))))
+        if not before and not self.after:
+            return
+        ahead = parse_statements(self.event.file, "".join(f"{line}\n" for line in before)) if before else []
+        behind = parse_statements(self.event.file, "".join(f"{line}\n" for line in self.after)) if self.after else []
+
+        def surround(statement: cst.SimpleStatementLine):
+            if not ahead:
+                return cst.FlattenSentinel([statement, *behind])
+            first = ahead[0].with_changes(leading_lines=statement.leading_lines)
+            return cst.FlattenSentinel([first, *ahead[1:], statement.with_changes(leading_lines=[]), *behind])
+
+        self.operations.append(Replace(self.event.statement, surround))
 
     # the model's uses
 
@@ -396,7 +411,7 @@ class _Migration:
 
     def in_this_file(self, use) -> bool:
         if use.file is not self.event.file:
-            self.manual.append(f"`{use.file.code(use.node).strip()}` in {use.file.display} uses the model too: migrate it with this file")
+            self.manual.append(f"`{' '.join(use.file.code(use.node).split())}` in {use.file.display} uses the model too: migrate it with this file")
             return False
         return True
 
@@ -442,7 +457,7 @@ class _Migration:
         elif use.method == "load_state_dict" and len(arguments) == 1 and use.node.args[0].keyword is None:
             replacement = f"set_model_state_dict({receiver}, {arguments[0]}, options=StateDictOptions({options}))"
         else:
-            self.manual.append(f"`{self.code(use.node)}`: use `get_model_state_dict`/`set_model_state_dict`")
+            self.manual.append(f"`{self.quote(use.node)}`: use `get_model_state_dict`/`set_model_state_dict`")
             return
         helper = "get_model_state_dict" if use.method == "state_dict" else "set_model_state_dict"
         self.need(_STATE_DICT_OPTIONS, "StateDictOptions", helper)
@@ -464,7 +479,7 @@ class _Migration:
                 self.need(_STATE_DICT_OPTIONS, "StateDictOptions", "get_optimizer_state_dict")
                 self.operations.append(Replace(use.node, lambda node: _expression(replacement)))
         else:
-            self.manual.append(f"`{self.code(use.node.func)}(...)` is FSDP1 API with no mapping here")
+            self.manual.append(f"`{self.quote(use.node.func)}(...)` is FSDP1 API with no mapping here")
 
     def state_dict_type(self, use) -> None:
         """`with FSDP.state_dict_type(m, FULL_STATE_DICT, cfg): body` -> body, its state-dict calls rewritten."""
@@ -504,7 +519,7 @@ class _Migration:
         if kind == "StateDictType.SHARDED_STATE_DICT" and len(args) == 2:
             return "full_state_dict=False"
         if kind != "StateDictType.FULL_STATE_DICT":
-            self.manual.append(f"`{self.code(call)}`: only FULL_STATE_DICT (and SHARDED_STATE_DICT with no config) are migrated")
+            self.manual.append(f"`{self.quote(call)}`: only FULL_STATE_DICT (and SHARDED_STATE_DICT with no config) are migrated")
             return None
         if len(args) == 2:
             return "full_state_dict=True"
@@ -512,7 +527,7 @@ class _Migration:
                                  before=state_dict_type.index)
         flags = {arg.keyword.value: _literal_bool(arg.value) for arg in built[0].args if arg.keyword} if built else None
         if flags is None or set(flags) - {"offload_to_cpu", "rank0_only"} or flags.get("offload_to_cpu", False) != flags.get("rank0_only", False):
-            self.manual.append(f"`{self.code(args[2].value)}`: FSDP2 gives rank 0 alone the full state dict exactly when it offloads it "
+            self.manual.append(f"`{self.quote(args[2].value)}`: FSDP2 gives rank 0 alone the full state dict exactly when it offloads it "
                                f"(`cpu_offload=True`); pick `StateDictOptions` by hand")
             return None
         return f"full_state_dict=True, cpu_offload={flags.get('offload_to_cpu', False)}"
