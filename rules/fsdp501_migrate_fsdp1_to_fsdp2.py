@@ -163,7 +163,22 @@ class _Migration:
         self.operations += [AddImport(module, tuple(sorted(names))) for module, names in sorted(self.imports.items())]
         dropped = f" (dropped: {'; '.join(self.dropped)})" if self.dropped else ""
         fix = Fix(f"Migrate to `fully_shard`{dropped}", safe=False, operations=self.operations)
-        return Finding(self.event.file, call, f"`{what}(...)` is FSDP1: migrate to FSDP2 `fully_shard`{dropped}", fix)
+        return Finding(self.event.file, call, f"`{what}(...)` is FSDP1: migrate to FSDP2 `fully_shard`{dropped}{self.unseen_uses()}", fix)
+
+    def unseen_uses(self) -> str:
+        """Where the model goes that this run cannot follow: its uses there may be FSDP1 API too."""
+        target = self.event.target
+        returned = self.flow.returned
+        refs = [returned.ref, *(element.ref for element in returned.elements or ())]
+        places = []
+        if self.flow.function is not None and any(ref is not None and ref.root == target.root for ref in refs):
+            places.append(f"it is returned by `{self.flow.function.name}`, whose callers are not checked")
+        if self.flow.escapes(target, self.event.index):
+            places.append("it is handed to functions outside the checked files")
+        if not places:
+            return ""
+        return (f"; {' and '.join(places)}: check those uses for FSDP1 API (`no_sync`, `clip_grad_norm_`, "
+                f"`state_dict_type`) and for `state_dict()`, which FSDP2 returns sharded")
 
     def wrapped_module(self, call) -> str | None:
         """The code naming the module to shard: FSDP's first argument, or for `model = FSDP(Model(), ...)`
@@ -189,7 +204,7 @@ class _Migration:
     def map_arguments(self, call) -> None:
         arguments = {arg.keyword.value: arg.value for arg in call.args[1:] if arg.keyword is not None}
         if any(arg.star for arg in call.args):
-            self.manual.append(f"`{next(self.quote(arg) for arg in call.args if arg.star)}`: the arguments are not known here; spell them out")
+            self.manual.append(f"`{next(arg.star + self.quote(arg.value) for arg in call.args if arg.star)}`: the arguments are not known here; spell them out")
         elif any(arg.keyword is None for arg in call.args[1:]):
             self.manual.append("pass FSDP's arguments by keyword")
         mesh = self.code(arguments["device_mesh"]) if "device_mesh" in arguments else None
