@@ -261,21 +261,29 @@ class _Migration:
         return mesh
 
     def constructor(self, value, tracked, *names: str, before: int | None = None):
-        """The constructor call that argument `value` (tracked by the model as `tracked`) is, inline or
-        as a variable bound to it in this flow before event `before` (default: the wrap): (its call node, its event when bound, its
+        """The constructor call that argument `value` (tracked by the model as `tracked`) is: inline, or
+        the last call bound to that variable in this flow before event `before` (default: the wrap),
+        or for a global, at the module level of this file. (its call node, its event when bound, its
         name) if its name is one of `names`, else None."""
         import libcst as cst
 
-        from fsdplint.model import CALL
+        from fsdplint.model import CALL, Ref
 
         if isinstance(value, cst.Call):
             name = _fsdp_name(self.event.file, value.func) or self.event.file.qualify(value.func)
             return (value, None, name) if name in names else None
         bound = tracked.ref if tracked is not None else None
-        for earlier in self.flow.events[:self.event.index if before is None else before]:
-            if earlier.kind == CALL and bound is not None and earlier.binding == bound and earlier.file is self.event.file:
-                found = _fsdp_name(earlier.file, earlier.node.func) or earlier.qname
-                return (earlier.node, earlier, found) if found in names else None
+        if bound is None:
+            return None
+        scopes = [(self.flow.events[:self.event.index if before is None else before], bound)]
+        if isinstance(value, cst.Name) and bound.root not in self.flow.assigned_roots:
+            module = next(flow for flow in self.flow.program.flows if flow.function is None and flow.file is self.event.file)
+            scopes.append((module.events, Ref(value.value)))
+        for events, ref in scopes:
+            for earlier in reversed(events):
+                if earlier.kind == CALL and earlier.binding == ref and earlier.file is self.event.file:
+                    found = _fsdp_name(earlier.file, earlier.node.func) or earlier.qname
+                    return (earlier.node, earlier, found) if found in names else None
         return None
 
     def wrap_policy(self, value) -> None:
@@ -305,7 +313,7 @@ class _Migration:
             self.manual.append(f"`mixed_precision={self.quote(value)}`: build a `MixedPrecisionPolicy(param_dtype=..., reduce_dtype=...)` in this file and pass it as `mp_policy=`")
             return
         call, bound, name = built
-        allowed = {"param_dtype", "reduce_dtype", "buffer_dtype", "cast_forward_inputs", "output_dtype"}
+        allowed = {"param_dtype", "reduce_dtype", "buffer_dtype", "cast_forward_inputs"}
         unknown = [arg.keyword.value if arg.keyword else "positional" for arg in call.args if not arg.keyword or arg.keyword.value not in allowed]
         if unknown:
             self.manual.append(f"`MixedPrecision({', '.join(unknown)}=...)` has no FSDP2 equivalent")
