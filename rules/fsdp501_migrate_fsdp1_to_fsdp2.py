@@ -5,9 +5,12 @@ import re
 import tokenize
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from fsdplint.rule import Finding, FixAvailability, Rule, Severity
+
+if TYPE_CHECKING:
+    from fsdplint.model import Event, Flow
 
 # FSDP1 keyword arguments that change only speed or memory, never results: dropped.
 _PERFORMANCE_ONLY = ("use_orig_params", "limit_all_gathers", "forward_prefetch", "backward_prefetch")
@@ -19,6 +22,11 @@ _FSDP1_NAMES = frozenset({
     "FullStateDictConfig", "FullOptimStateDictConfig", "ShardedStateDictConfig", "ModuleWrapPolicy",
     "transformer_auto_wrap_policy", "size_based_auto_wrap_policy",
 })
+# What to do instead of an FSDP1 argument the migration cannot map.
+_BY_HAND = {
+    "param_init_fn": " (materialize with `to_empty(device=...)` and `reset_parameters()` after `fully_shard`)",
+    "process_group": " (build a DeviceMesh from it with `DeviceMesh.from_group` and pass `mesh=`)",
+}
 _FSDP_SUBMODULES = re.compile(r"^torch\.distributed\.fsdp\.(?:api\.|wrap\.|fully_sharded_data_parallel\.)?")
 _STATE_DICT_OPTIONS = "torch.distributed.checkpoint.state_dict"
 
@@ -35,7 +43,7 @@ class MigrateFsdp1ToFsdp2(Rule):
     | FSDP1 | FSDP2 |
     | --- | --- |
     | `auto_wrap_policy=ModuleWrapPolicy({Block})`, `partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})` | `fully_shard` on every `Block` of `model.modules()`, then on the root |
-    | `sharding_strategy=FULL_SHARD` / `SHARD_GRAD_OP` | `reshard_after_forward=True` (the default) / `False` |
+    | `sharding_strategy=FULL_SHARD` / `SHARD_GRAD_OP` | the default `reshard_after_forward` (blocks reshard, the root does not, as in FSDP1) / `reshard_after_forward=False` |
     | `sharding_strategy=HYBRID_SHARD, device_mesh=mesh` | `mesh=mesh` (2-D: replicate, shard) |
     | `mixed_precision=MixedPrecision(param_dtype=..., reduce_dtype=...)` | `mp_policy=MixedPrecisionPolicy(...)` |
     | `cpu_offload=CPUOffload(offload_params=True)` | `offload_policy=CPUOffloadPolicy()` |
@@ -124,8 +132,8 @@ class MigrateFsdp1ToFsdp2(Rule):
 class _Migration:
     """One FSDP1 wrap and the uses of its model: the FSDP2 code for them, or what stops it."""
 
-    flow: object
-    event: object
+    flow: Flow
+    event: Event
     module: str = ""  # the code naming the module to shard
     keywords: list[str] = field(default_factory=list)  # `name=code` for every fully_shard call
     block_classes: list[str] = field(default_factory=list)
@@ -233,9 +241,7 @@ class _Migration:
             elif name == "sync_module_states":
                 self.sync_module_states(value)
             else:
-                self.manual.append(f"`{name}=` has no FSDP2 mapping here"
-                                   + (" (materialize with `to_empty(device=...)` and `reset_parameters()` after `fully_shard`)" if name == "param_init_fn" else "")
-                                   + (" (build a DeviceMesh from it with `DeviceMesh.from_group` and pass `mesh=`)" if name == "process_group" else ""))
+                self.manual.append(f"`{name}=` has no FSDP2 mapping here{_BY_HAND.get(name, '')}")
 
     def strategy(self, value) -> tuple[bool | None, bool]:
         if value is None:
