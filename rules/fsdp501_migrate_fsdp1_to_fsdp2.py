@@ -27,6 +27,15 @@ _BY_HAND = {
     "param_init_fn": " (materialize with `to_empty(device=...)` and `reset_parameters()` after `fully_shard`)",
     "process_group": " (build a DeviceMesh from it with `DeviceMesh.from_group` and pass `mesh=`)",
 }
+# FSDP1's static API and its FSDP2 counterpart, for the calls the migration leaves to a person.
+_FSDP2_INSTEAD = (
+    (("state_dict_type", "set_state_dict_type"), "`get_model_state_dict`/`set_model_state_dict` with `StateDictOptions`"),
+    (("optim_state_dict", "optim_state_dict_to_load", "full_optim_state_dict", "sharded_optim_state_dict",
+      "shard_full_optim_state_dict", "scatter_full_optim_state_dict"), "`get_optimizer_state_dict`/`set_optimizer_state_dict`"),
+    (("summon_full_params",), "`DTensor.full_tensor()` on the parameters"),
+    (("clip_grad_norm_",), "`torch.nn.utils.clip_grad_norm_(model.parameters(), ...)`"),
+    (("fsdp_modules",), "the modules that are `FSDPModule` instances"),
+)
 _FSDP_SUBMODULES = re.compile(r"^torch\.distributed\.fsdp\.(?:api\.|wrap\.|fully_sharded_data_parallel\.)?")
 _STATE_DICT_OPTIONS = "torch.distributed.checkpoint.state_dict"
 
@@ -113,16 +122,18 @@ class MigrateFsdp1ToFsdp2(Rule):
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import WRAP
 
-        seen: set[int] = set()
+        # Each entry flow that reaches a wrap sees the uses of its model on one path through the
+        # callers; the wrap is migrated when every path's uses can be.
+        views: dict[int, list[_Migration]] = {}
         wrapped_files = set()
         for flow in program.flows:
             for event in flow.of_kind(WRAP):
                 wrapped_files.add(id(event.file))
-                # Entry flows see every use of the model, the callers' included.
-                if not flow.is_entry or id(event.node) in seen:
-                    continue
-                seen.add(id(event.node))
-                yield _Migration(flow, event).finding()
+                if flow.is_entry:
+                    views.setdefault(id(event.node), []).append(_Migration(flow, event))
+        for migrations in views.values():
+            yield _finding(migrations)
+        yield from _fsdp1_api_on_models_wrapped_elsewhere(program)
         for file in program.files:
             if id(file) not in wrapped_files:
                 yield from _unused_fsdp1_imports(file)
@@ -154,8 +165,9 @@ class _Migration:
     def need(self, module: str, *names: str) -> None:
         self.imports.setdefault(module, set()).update(names)
 
-    def finding(self) -> Finding:
-        from fsdplint.fixes import AddImport, Fix
+    def build(self) -> _Migration:
+        """Map the wrap and the uses this flow sees: operations, or what a person must do."""
+        from fsdplint.fixes import AddImport
 
         call = self.event.node
         self.module = self.wrapped_module(call) or ""
@@ -165,13 +177,8 @@ class _Migration:
             self.map_arguments(call)
             self.place()
             self.map_uses()
-        what = self.code(call.func)
-        if self.manual:
-            return Finding(self.event.file, call, f"`{what}(...)` is FSDP1; migrate it by hand: " + "; ".join(self.manual))
         self.operations += [AddImport(module, tuple(sorted(names))) for module, names in sorted(self.imports.items())]
-        dropped = f" (dropped: {'; '.join(self.dropped)})" if self.dropped else ""
-        fix = Fix(f"Migrate to `fully_shard`{dropped}", safe=False, operations=self.operations)
-        return Finding(self.event.file, call, f"`{what}(...)` is FSDP1: migrate to FSDP2 `fully_shard`{dropped}{self.unseen_uses()}", fix)
+        return self
 
     def unseen_uses(self) -> str:
         """Where the model goes that this run cannot follow: its uses there may be FSDP1 API too."""
@@ -560,6 +567,50 @@ class _Migration:
                                f"(`cpu_offload=True`); pick `StateDictOptions` by hand")
             return None
         return f"full_state_dict=True, cpu_offload={flags.get('offload_to_cpu', False)}"
+
+
+def _finding(migrations: list[_Migration]) -> Finding:
+    """One finding for a wrap seen from several entry flows: fixed only if every flow's uses can be."""
+    from fsdplint.fixes import AddImport, Fix
+
+    built = [migration.build() for migration in migrations]
+    first = built[0]
+    call = first.event.node
+    what = first.code(call.func)
+    manual = list(dict.fromkeys(item for migration in built for item in migration.manual))
+    if manual:
+        return Finding(first.event.file, call, f"`{what}(...)` is FSDP1; migrate it by hand: " + "; ".join(manual))
+    operations = {}
+    for operation in (operation for migration in built for operation in migration.operations):
+        key = (operation.module, operation.names) if isinstance(operation, AddImport) else (type(operation), id(operation.node))
+        operations.setdefault(key, operation)
+    dropped = f" (dropped: {'; '.join(first.dropped)})" if first.dropped else ""
+    unseen = next((text for text in map(_Migration.unseen_uses, built) if text), "")
+    fix = Fix(f"Migrate to `fully_shard`{dropped}", safe=False, operations=list(operations.values()))
+    return Finding(first.event.file, call, f"`{what}(...)` is FSDP1: migrate to FSDP2 `fully_shard`{dropped}{unseen}", fix)
+
+
+def _fsdp1_api_on_models_wrapped_elsewhere(program) -> Iterable[Finding]:
+    """`FSDP.state_dict_type(model, ...)` where no flow ties `model` to a wrap (a checkpoint helper that
+    takes the model as a parameter): it must be migrated by hand along with the wrap."""
+    from fsdplint.model import CALL, FSDP1_WRAPPER
+
+    calls = {}
+    attributed: set[int] = set()
+    for flow in program.flows:
+        for event in flow.of_kind(CALL):
+            if not (event.qname or "").startswith(FSDP1_WRAPPER + "."):
+                continue
+            calls.setdefault(id(event.node), event)
+            if event.args and event.args[0].ref and flow.sharding_of(event.args[0].ref, event.index, fsdp=1) is not None:
+                attributed.add(id(event.node))
+    for key, event in calls.items():
+        if key in attributed:
+            continue
+        api = event.qname.rsplit(".", 1)[-1]
+        instead = next((advice for names, advice in _FSDP2_INSTEAD if api in names), "see the FSDP2 tutorial's migration table")
+        yield Finding(event.file, event.node, f"`{event.file.code(event.node.func).strip()}(...)` is FSDP1 API on a model wrapped elsewhere: "
+                                              f"migrate it by hand with the model's wrap ({instead})")
 
 
 def _fsdp_name(file, node) -> str | None:
