@@ -358,9 +358,10 @@ class Flow:
         return None
 
     def escapes(self, ref: Ref, start: int = 0, end: int | None = None) -> bool:
-        """`ref` was handed to a function this run cannot see, between events `start` and `end`."""
+        """`ref` was handed to a function this run cannot see, between events `start` and `end`
+        (builtins such as `print` or `isinstance` do not count)."""
         for event in self.events[start:end]:
-            if event.kind == CALL and not (event.qname or "").startswith("torch."):
+            if event.kind == CALL and not (event.qname or "").startswith("torch.") and event.qname not in _BUILTINS:
                 if any(arg.root == ref.root for arg in event.arg_refs()):
                     return True
         return False

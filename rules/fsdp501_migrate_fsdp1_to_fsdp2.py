@@ -438,12 +438,25 @@ class _Migration:
         from fsdplint.model import CALL, FSDP1_WRAPPER, METHOD
 
         for use in self.flow.events[self.event.index + 1:]:
-            if use.kind == METHOD and use.target is not None and not use.target.is_submodule:
+            wrapper_attribute = self.wrapper_attribute(use)
+            if wrapper_attribute:
+                self.manual.append(f"`{wrapper_attribute}`: FSDP2 has no wrapper module; use the model itself")
+            elif use.kind == METHOD and use.target is not None and not use.target.is_submodule:
                 if self.flow.sharding_of(use.target, use.index, fsdp=1) is self.event:
                     self.method_use(use)
             elif use.kind == CALL and (use.qname or "").startswith(FSDP1_WRAPPER + ".") and use.args and use.args[0].ref:
                 if self.flow.sharding_of(use.args[0].ref, use.index, fsdp=1) is self.event:
                     self.static_use(use)
+
+    def wrapper_attribute(self, use) -> str | None:
+        """`model.module` (or `_fsdp_wrapped_module`) in `use`: the FSDP1 wrapper's inner module."""
+        model = self.event.target
+        if model.is_submodule or self.flow.sharding_of(model, use.index, fsdp=1) is not self.event:
+            return None
+        for ref in (*use.targets, *use.arg_refs()):
+            if ref.root == model.root and ref.path[:1] in (("module",), ("_fsdp_wrapped_module",)):
+                return f"{self.module}.{ref.path[0]}"
+        return None
 
     def in_this_file(self, use) -> bool:
         if use.file is not self.event.file:
