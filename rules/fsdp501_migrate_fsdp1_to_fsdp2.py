@@ -228,6 +228,8 @@ class _Migration:
             self.manual.append("HYBRID_SHARD needs a 2-D mesh: build `init_device_mesh(..., (replicas, shards), mesh_dim_names=(\"replicate\", \"shard\"))` and pass it")
         if mesh is None and "device_id" in arguments:
             mesh = self.mesh_from_device(arguments["device_id"])
+        elif "device_id" in arguments:
+            self.dropped.append("`device_id`: `fully_shard` uses the mesh's device")
         if mesh is not None:
             self.keywords.append(f"mesh={mesh}")
         if reshard is False:
