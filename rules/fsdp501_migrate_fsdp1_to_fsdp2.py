@@ -61,6 +61,7 @@ class MigrateFsdp1ToFsdp2(Rule):
     | `sync_module_states=True` | rank 0's state dict broadcast after sharding with `set_model_state_dict(..., broadcast_from_rank0=True)` |
     | `ignored_modules=mods` | `ignored_params={p for m in mods for p in m.parameters()}` |
     | `use_orig_params`, `limit_all_gathers`, `forward_prefetch`, `backward_prefetch` | dropped (speed and memory only) |
+    | `isinstance(model, FullyShardedDataParallel)` | `isinstance(model, FSDPModule)` |
     | `with model.no_sync():` | `set_requires_gradient_sync(False)` … `finally: set_requires_gradient_sync(True)` |
     | `model.clip_grad_norm_(x)` | `torch.nn.utils.clip_grad_norm_(model.parameters(), x)` |
     | `model.state_dict()` / `model.load_state_dict(sd)` (FSDP1's default full state dict) | `get_model_state_dict` / `set_model_state_dict` with `full_state_dict=True` |
@@ -449,6 +450,9 @@ class _Migration:
             elif use.kind == CALL and (use.qname or "").startswith(FSDP1_WRAPPER + ".") and use.args and use.args[0].ref:
                 if self.flow.sharding_of(use.args[0].ref, use.index, fsdp=1) is self.event:
                     self.static_use(use)
+            elif use.kind == CALL and use.qname == "isinstance" and len(use.node.args) == 2 and use.args and use.args[0].ref:
+                if self.flow.sharding_of(use.args[0].ref, use.index, fsdp=1) is self.event:
+                    self.isinstance_use(use)
 
     def wrapper_attribute(self, use) -> str | None:
         """`model.module` (or `_fsdp_wrapped_module`) in `use`: the FSDP1 wrapper's inner module."""
@@ -459,6 +463,16 @@ class _Migration:
             if ref.root == model.root and ref.path[:1] in (("module",), ("_fsdp_wrapped_module",)):
                 return f"{self.module}.{ref.path[0]}"
         return None
+
+    def isinstance_use(self, use) -> None:
+        """`isinstance(model, FSDP)` -> `isinstance(model, FSDPModule)`: what `fully_shard` makes of a module."""
+        from fsdplint.fixes import Replace
+
+        checked = use.node.args[1].value
+        if _fsdp_name(use.file, checked) != "FullyShardedDataParallel" or not self.in_this_file(use):
+            return
+        self.need("torch.distributed.fsdp", "FSDPModule")
+        self.operations.append(Replace(checked, lambda node: _expression("FSDPModule")))
 
     def in_this_file(self, use) -> bool:
         if use.file is not self.event.file:
