@@ -70,10 +70,13 @@ class MigrateFsdp1ToFsdp2(Rule):
 
     Whatever has no faithful mapping is left unchanged and reported with what to do by hand: a
     custom or size-based wrap policy, `HYBRID_SHARD` without a mesh, `NO_SHARD`, `param_init_fn`,
-    `process_group`, MixedPrecision or policy objects built in another file, other FSDP1 APIs
-    (`summon_full_params`, `LOCAL_STATE_DICT`, ...), or uses of the model in another file. A wrap
-    is migrated together with all its uses or not at all. Once a file has no FSDP1 wrap left, the
-    FSDP1 imports it no longer uses are removed.
+    `process_group`, `**kwargs`, MixedPrecision or policy objects built in another file, other
+    FSDP1 APIs (`summon_full_params`, `LOCAL_STATE_DICT`, ...), FSDP1's wrapper attribute
+    `model.module`, or uses of the model in another file. A wrap is migrated together with all its
+    uses or not at all; when the model is returned to callers or handed to functions outside the
+    checked files, the finding says so. `FSDP.state_dict_type(model, ...)` and the like on a model
+    wrapped elsewhere (a checkpoint helper taking the model as a parameter) are reported too. Once
+    a file has no FSDP1 wrap left, the FSDP1 imports it no longer uses are removed.
 
     ## Why is this bad?
     FSDP1 is deprecated in favour of FSDP2 (`fully_shard`): per-parameter DTensor sharding, no
