@@ -343,17 +343,19 @@ class _Migration:
         if name == "MixedPrecisionPolicy":  # already converted by another wrap's migration
             self.keywords.append(f"mp_policy={self.code(value)}")
             return
-        if bound is None:
-            self.keywords.append(f"mp_policy={self.code(_mixed_precision_policy(call))}")
-        else:
+        if bound is not None and self.named_only_here(bound):  # `bf16 = MixedPrecision(...)` becomes the FSDP2 policy
             self.keywords.append(f"mp_policy={self.code(value)}")
             self.operations.append(Replace(call, _mixed_precision_policy))
+        else:  # inline, so that other FSDP1 uses of the variable keep their MixedPrecision
+            self.keywords.append(f"mp_policy={self.code(_mixed_precision_policy(call))}")
 
     def cpu_offload(self, value) -> None:
         built = self.constructor(value, self.event.kwargs.get("cpu_offload"), "CPUOffload")
-        if built is None or built[1] is not None:
+        if built is None:
             self.manual.append(f"`cpu_offload={self.quote(value)}`: pass `offload_policy=CPUOffloadPolicy()` for `CPUOffload(offload_params=True)`")
             return
+        if built[1] is not None:
+            self.drop_definition(built[1])
         offload = next((arg.value for arg in built[0].args if arg.keyword is None or arg.keyword.value == "offload_params"), None)
         if offload is not None and _literal_bool(offload) is None:
             self.manual.append(f"`cpu_offload={self.quote(value)}`: pass `offload_policy=CPUOffloadPolicy()` when it offloads")
@@ -384,21 +386,28 @@ class _Migration:
         small = self.event.statement.body[0] if isinstance(self.event.statement, cst.SimpleStatementLine) else None
         return isinstance(small, (cst.Assign, cst.Expr)) and small.value is self.event.node
 
+    @staticmethod
+    def named_only_here(bound) -> bool:
+        """`name = Config(...)` is a statement of its own and the file's code names `name` only there
+        and in the wrap's argument (comments and strings aside)."""
+        import libcst as cst
+
+        from fsdplint.rulekit import is_simple_statement
+
+        statement = bound.statement
+        if not is_simple_statement(statement) or not isinstance(statement.body[0], cst.Assign) or len(statement.body[0].targets) != 1:
+            return False
+        target = statement.body[0].targets[0].target
+        return isinstance(target, cst.Name) and _names(bound.file.source.text)[target.value] == 2
+
     def drop_definition(self, bound) -> None:
         """Remove `policy = ModuleWrapPolicy(...)` when nothing else in the file names `policy`."""
         import libcst as cst
 
         from fsdplint.fixes import Replace
-        from fsdplint.rulekit import is_simple_statement
 
-        statement = bound.statement
-        if not is_simple_statement(statement) or not isinstance(statement.body[0], cst.Assign) or len(statement.body[0].targets) != 1:
-            return
-        target = statement.body[0].targets[0].target
-        if not isinstance(target, cst.Name):
-            return
-        if len(re.findall(rf"\b{re.escape(target.value)}\b", bound.file.source.text)) == 2:
-            self.operations.append(Replace(statement, lambda node: cst.RemoveFromParent()))
+        if self.named_only_here(bound):
+            self.operations.append(Replace(bound.statement, lambda node: cst.RemoveFromParent()))
 
     # the wrap itself
 
