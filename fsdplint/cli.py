@@ -93,23 +93,14 @@ def check(paths, select, extend_select, ignore, fix, unsafe_fixes, diff, output_
     result = engine.check(sources, problems, fix=fix or diff, unsafe_fixes=unsafe_fixes)
 
     if diff:
-        patches = [
-            "".join(difflib.unified_diff(before.text.splitlines(True), after.text.splitlines(True), before.display, after.display))
-            for before, after in result.changed()
-        ]
+        patches = _patches(result)
         sys.stdout.write("".join(patches))
         if not quiet:
             click.echo(f"Would fix {result.fixes_applied} error{'s' if result.fixes_applied != 1 else ''}.", err=True)
         sys.exit(2 if result.internal_error else 1 if patches else 0)
 
     if fix:
-        for before, after in result.changed():
-            if stdin_source is not None and after.display == stdin_source.display:
-                continue
-            try:
-                write_atomically(after.path, after.encode(after.text))
-            except OSError as error:
-                _fail(f"{after.display}: cannot write the fix: {error.strerror or error}")
+        _write(result, skip=stdin_source.display if stdin_source is not None else None)
         if stdin_source is not None:
             sys.stdout.write(result.sources[stdin_source.display].text)
 
@@ -130,6 +121,67 @@ def check(paths, select, extend_select, ignore, fix, unsafe_fixes, diff, output_
     if result.internal_error:
         sys.exit(2)
     sys.exit(0 if exit_zero or not diagnostics else 1)
+
+
+def _patches(result) -> list[str]:
+    """One unified diff per changed file."""
+    return [
+        "".join(difflib.unified_diff(before.text.splitlines(True), after.text.splitlines(True), before.display, after.display))
+        for before, after in result.changed()
+    ]
+
+
+def _write(result, skip: str | None = None) -> None:
+    """Write every changed file (but `skip`, the stdin source) in place, atomically."""
+    for _before, after in result.changed():
+        if after.display == skip:
+            continue
+        try:
+            write_atomically(after.path, after.encode(after.text))
+        except OSError as error:
+            _fail(f"{after.display}: cannot write the fix: {error.strerror or error}")
+
+
+MIGRATION = "FSDP501"
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--write", is_flag=True, help="Write the migrated files (default: print the diff).")
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False), help="A pyproject.toml to read [tool.fsdplint] from.")
+def migrate(paths, write, config_path) -> None:
+    """Migrate FSDP1 (FullyShardedDataParallel) code in PATHS to FSDP2 (fully_shard).
+
+    The same as `fsdplint check --select FSDP501 --fix --unsafe-fixes` (or `--diff`). Prints the
+    diff, or writes it with --write, then lists what is left for a person. Exit 0 when there is
+    nothing left to migrate, 1 when there is (a diff to apply, or wraps to migrate by hand).
+    """
+    from fsdplint import reporters
+    from fsdplint.engine import Engine
+    from fsdplint.registry import all_rules
+
+    paths = list(paths) or [Path(".")]
+    try:
+        settings = load_settings(config_path, paths[0] if paths[0].exists() else Path.cwd())
+        candidates = discover(paths, settings.exclude, settings.project_root, force_exclude=False)
+    except (ConfigError, DiscoveryError) as error:
+        _fail(str(error))
+    ruleset = all_rules()
+    engine = Engine(ruleset, [ruleset.by_code[MIGRATION]], settings)
+    sources, problems = engine.read(candidates)
+    result = engine.check(sources, problems, fix=True, unsafe_fixes=True)
+    patches = _patches(result)
+    if write:
+        _write(result)
+    else:
+        sys.stdout.write("".join(patches))
+    left = result.diagnostics  # after the fixes: what no fix could migrate
+    sys.stderr.write(reporters.FORMATS["full"](left, ruleset))
+    done = "Migrated" if write else "Would migrate"
+    click.echo(f"{done} {len(patches)} file{'s' if len(patches) != 1 else ''}; {len(left)} left for a person.", err=True)
+    if result.internal_error:
+        sys.exit(2)
+    sys.exit(1 if left or (patches and not write) else 0)
 
 
 @main.command()
@@ -182,7 +234,7 @@ def verify(rules, device, nproc, timeout, report_path, fixtures, torchrun_args) 
         plan = harness.device_plan(device, nproc)
     except harness.VerifyError as error:
         _fail(str(error))
-    click.echo(f"Verifying {len(cases)} rule(s) from {fixtures} on {', '.join(f'{d} x {n}' for d, n in plan)} (torch {torch.__version__})")
+    click.echo(f"Verifying {len(cases)} case(s) from {fixtures} on {', '.join(f'{d} x {n}' for d, n in plan)} (torch {torch.__version__})")
     click.echo(harness.TABLE_HEADER)
     report = harness.verify_all(cases, plan, fixtures, timeout, torchrun_args, lambda row: click.echo(harness.format_row(row)))
     click.echo(harness.summary(report))

@@ -91,12 +91,12 @@ def select_rules(ruleset: RuleSet, settings: Settings, select: list[str], extend
     """The rules to run: `select` (else the configured selection) plus the extensions, less `ignore`."""
     chosen: dict[str, type[Rule]] = {}
     for selector in (select or settings.select) + settings.extend_select + extend_select:
-        rules = ruleset.expand(selector)
-        if not rules:
+        # A prefix that matches only opt-in rules is known, though it selects none of them.
+        if not ruleset.expand(selector, include_opt_in=True):
             raise ConfigError(f"unknown rule selector `{selector}` (see `fsdplint rule --all`)")
-        chosen.update((rule.code, rule) for rule in rules)
+        chosen.update((rule.code, rule) for rule in ruleset.expand(selector))
     for selector in settings.ignore + ignore:
-        rules = ruleset.expand(selector)
+        rules = ruleset.expand(selector, include_opt_in=True)
         if not rules:
             raise ConfigError(f"unknown rule selector `{selector}` in ignore (see `fsdplint rule --all`)")
         for rule in rules:

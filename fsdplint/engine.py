@@ -80,7 +80,7 @@ class Engine:
         self.rules = [rule() for rule in selected if not rule.engine_only]
         self.triggers = tuple(sorted({token for rule in self.rules for token in rule.trigger_tokens}))
         self._per_file_ignores = [
-            (pattern, {rule.code for selector in codes for rule in ruleset.expand(selector)})
+            (pattern, {rule.code for selector in codes for rule in ruleset.expand(selector, include_opt_in=True)})
             for pattern, codes in settings.per_file_ignores.items()
         ]
 

@@ -1,10 +1,13 @@
 """`fsdplint verify`: prove each rule by running it.
 
-For every rule with `<fixtures>/<CODE>/verify.toml`, run `bad.py` under torchrun and check that it
-shows the documented symptom (an error message, a hang cut short by the process-group timeout, or a
-wrong state the script measures), then run the script that fsdplint's own fix makes of `bad.py`
-(or `good.py`, for rules without a fix) and check that it trains. The expectations live in each
-`verify.toml`; nothing here knows a rule. Importing this module does not import torch.
+For every case with a `verify.toml` (`<fixtures>/<CODE>/`, or `<fixtures>/<CODE>/<shape>/` when a
+rule has several scripts), run `bad.py` under torchrun and check that it shows the documented
+symptom (an error message, a hang cut short by the process-group timeout, a warning, or a wrong
+state the script measures; `none` for a script that is right as it is, such as an FSDP1 original to
+migrate), then run the script that fsdplint's own fix makes of `bad.py` (or `good.py`, for rules
+without a fix) and check that it trains, and with `compare = "losses"` that it trains to the same
+losses as `bad.py`, within `rtol`/`atol`. The expectations live in each `verify.toml`; nothing here
+knows a rule. Importing this module does not import torch.
 
 A `[run]` table in `verify.toml` says where a symptom can be shown, when it cannot be everywhere:
 `devices` (the row devices it runs on), `min_gpus` (CUDA devices that must be visible), `nnodes`
@@ -38,7 +41,7 @@ else:  # pragma: no cover - Python 3.10
 
 RESULT_PREFIX = "FSDPLINT_RESULT "
 PG_TIMEOUT_SECONDS = 15  # the scripts' process-group timeout: how long a hang lasts before it errors
-SYMPTOMS = ("error", "hang", "wrong-state", "warning")
+SYMPTOMS = ("error", "hang", "wrong-state", "warning", "none")
 HANG_MESSAGES = ("Timed out", "timed out", "Timeout")  # a `hang` with no `match` of its own
 
 
@@ -70,10 +73,12 @@ class Launch:
 
 @dataclass
 class Case:
-    rule: str
+    rule: str  # the rule code: the first folder under the fixtures
+    name: str  # `FSDP104`, or `FSDP501/no_sync` for one of a rule's several scripts
     folder: Path
     bad: dict  # [bad] of verify.toml
     fixed_source: str  # "fix" or "good"
+    compare: dict | None = None  # {"rtol": ..., "atol": ...}: the fixed script's losses must match bad.py's
     launch: Launch = field(default_factory=Launch)
 
 
@@ -136,26 +141,19 @@ def default_fixtures() -> Path:
 
 
 def load_cases(fixtures: Path, rules: Iterable[str] = ()) -> list[Case]:
+    """The cases under `fixtures`; `rules` picks rule codes (every script of the rule) or case names."""
     wanted = {rule.upper() for rule in rules}
     cases = []
-    for spec in sorted(fixtures.glob("*/verify.toml")):
+    for spec in sorted([*fixtures.glob("*/verify.toml"), *fixtures.glob("*/*/verify.toml")]):
         folder = spec.parent
-        if wanted and folder.name.upper() not in wanted:
+        name = folder.relative_to(fixtures).as_posix()
+        rule = name.split("/")[0].upper()
+        if wanted and rule not in wanted and name.upper() not in wanted:
             continue
         with spec.open("rb") as handle:
             expectation = tomllib.load(handle)
-        bad = expectation.get("bad", {})
-        source = expectation.get("fixed", {}).get("source", "fix")
-        if bad.get("symptom") not in SYMPTOMS:
-            raise VerifyError(f"{spec}: [bad] symptom must be one of {', '.join(SYMPTOMS)}")
-        if bad["symptom"] == "wrong-state" and not bad.get("check"):
-            raise VerifyError(f"{spec}: a wrong-state symptom needs `check`, the result key that must fail")
-        if source not in ("fix", "good"):
-            raise VerifyError(f"{spec}: [fixed] source must be fix or good")
-        if bad["symptom"] == "warning" and not bad.get("match"):
-            raise VerifyError(f"{spec}: a warning symptom needs `match`, the text of the warning")
-        cases.append(Case(folder.name.upper(), folder, bad, source, _launch(spec, expectation.get("run", {}))))
-    missing = wanted - {case.rule for case in cases}
+        cases.append(_case(spec, rule, name, folder, expectation))
+    missing = wanted - {case.rule for case in cases} - {case.name.upper() for case in cases}
     if missing:
         raise VerifyError(f"no verify.toml for {', '.join(sorted(missing))} under {fixtures}")
     if not cases:
@@ -172,6 +170,26 @@ def _launch(spec: Path, table: dict) -> Launch:
     if not set(launch.devices) <= {"cpu", "cuda"}:
         raise VerifyError(f"{spec}: [run] devices must be cpu or cuda")
     return launch
+
+
+def _case(spec: Path, rule: str, name: str, folder: Path, expectation: dict) -> Case:
+    bad = expectation.get("bad", {})
+    fixed = expectation.get("fixed", {})
+    source = fixed.get("source", "fix")
+    if bad.get("symptom") not in SYMPTOMS:
+        raise VerifyError(f"{spec}: [bad] symptom must be one of {', '.join(SYMPTOMS)}")
+    if bad["symptom"] == "wrong-state" and not bad.get("check"):
+        raise VerifyError(f"{spec}: a wrong-state symptom needs `check`, the result key that must fail")
+    if bad["symptom"] == "warning" and not bad.get("match"):
+        raise VerifyError(f"{spec}: a warning symptom needs `match`, the text of the warning")
+    if source not in ("fix", "good"):
+        raise VerifyError(f"{spec}: [fixed] source must be fix or good")
+    compare = None
+    if "compare" in fixed:
+        if fixed["compare"] != "losses" or bad["symptom"] != "none":
+            raise VerifyError(f'{spec}: [fixed] compare = "losses" is the one comparison, and needs [bad] symptom = "none"')
+        compare = {"rtol": float(fixed.get("rtol", 1e-5)), "atol": float(fixed.get("atol", 1e-6))}
+    return Case(rule, name, folder, bad, source, compare, _launch(spec, expectation.get("run", {})))
 
 
 def device_plan(requested: str, nproc: int | None) -> list[tuple[str, int]]:
@@ -301,6 +319,9 @@ def _ended(run: Run) -> str:
 def judge_bad(bad: dict, run: Run) -> tuple[bool, str]:
     """Whether the bad script showed its documented symptom, and what it did."""
     symptom = bad["symptom"]
+    if symptom == "none":
+        ok, detail = judge_fixed(run)
+        return ok, f"none, trains: {detail}" if ok else f"expected it to train: {detail}"
     if symptom == "wrong-state":
         check = bad["check"]
         if run.returncode != 0 or run.result is None:
@@ -338,6 +359,23 @@ def judge_fixed(run: Run, bad: dict | None = None) -> tuple[bool, str]:
     return True, _describe(run.result)
 
 
+def judge_same_losses(reference: Run | None, run: Run, rtol: float, atol: float) -> tuple[bool, str]:
+    """Whether the fixed script trains to the losses of the original (`reference`), step by step."""
+    ok, detail = judge_fixed(run)
+    if not ok:
+        return ok, detail
+    expected = (reference.result or {}).get("losses") if reference else None
+    if not expected:
+        return False, "the original gave no losses to compare with"
+    losses = run.result["losses"]
+    if len(losses) != len(expected):
+        return False, f"{len(losses)} losses where the original has {len(expected)}"
+    worst = max(abs(mine - theirs) for mine, theirs in zip(losses, expected))
+    if any(abs(mine - theirs) > atol + rtol * abs(theirs) for mine, theirs in zip(losses, expected)):
+        return False, f"losses differ from the original by up to {worst:.3g} (rtol {rtol:g}, atol {atol:g}): {losses} vs {expected}"
+    return True, f"{detail}, losses match the original (max diff {worst:.2g})"
+
+
 def fixed_script(case: Case, workdir: Path) -> Path | None:
     """fsdplint's own fix of bad.py, made in memory and written to `workdir`, or good.py; None when
     the fix changes nothing."""
@@ -351,7 +389,7 @@ def fixed_script(case: Case, workdir: Path) -> Path | None:
     fixed = api.fix_source(bad, str(bad_path), select=[case.rule], unsafe_fixes=True)
     if fixed == bad:
         return None
-    path = workdir / case.rule / "fixed.py"
+    path = workdir / case.name / "fixed.py"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(fixed, encoding="utf-8")
     return path
@@ -382,17 +420,28 @@ def verify_case(case: Case, device: str, nproc: int, fixtures: Path, timeout: fl
                 gpus: int = 0) -> Row:
     launch = case.launch
     ranks = (launch.nproc_per_node or nproc) * launch.nnodes
-    row = Row(case.rule, device, ranks, "fsdplint fix" if case.fixed_source == "fix" else "good.py")
+    row = Row(case.name, device, ranks, "fsdplint fix" if case.fixed_source == "fix" else "good.py")
     row.skipped = launch.skip_reason(device, gpus) or ""
     if row.skipped:
         return row
     where = (fixtures, device, nproc, timeout, torchrun_args, launch, gpus)
-    row.bad_ok, row.bad_detail, row.seconds = _run_and_judge(case.folder / "bad.py", lambda run: judge_bad(case.bad, run), *where)
+    bad_runs: list[Run] = []
+
+    def judge_and_keep(run: Run) -> tuple[bool, str]:
+        bad_runs.append(run)  # the last one judged is the reference the fixed script is compared with
+        return judge_bad(case.bad, run)
+
+    row.bad_ok, row.bad_detail, row.seconds = _run_and_judge(case.folder / "bad.py", judge_and_keep, *where)
     script = fixed_script(case, workdir)
     if script is None:
         row.fixed_detail = "fix produced no change"
         return row
-    row.fixed_ok, row.fixed_detail, seconds = _run_and_judge(script, lambda run: judge_fixed(run, case.bad), *where)
+    def judge(run: Run) -> tuple[bool, str]:
+        if case.compare is not None:
+            return judge_same_losses(bad_runs[-1] if row.bad_ok else None, run, **case.compare)
+        return judge_fixed(run, case.bad)
+
+    row.fixed_ok, row.fixed_detail, seconds = _run_and_judge(script, judge, *where)
     row.seconds += seconds
     return row
 
@@ -427,7 +476,7 @@ def verify_all(cases: list[Case], plan: list[tuple[str, int]], fixtures: Path, t
     return report
 
 
-TABLE_HEADER = f"{'':4}  {'rule':<8} {'device':<7} {'secs':>5}  {'bad: symptom seen':<52}  fixed: trains?"
+TABLE_HEADER = f"{'':4}  {'rule':<24} {'device':<7} {'secs':>5}  {'bad: symptom seen':<52}  fixed: trains?"
 
 
 def _verdict(row: Row) -> str:
@@ -436,10 +485,10 @@ def _verdict(row: Row) -> str:
 
 def format_row(row: Row) -> str:
     if row.skipped:
-        return f"SKIP  {row.rule:<8} {row.device}x{row.nproc:<3} {row.seconds:5.1f}  {row.skipped}"
+        return f"SKIP  {row.rule:<24} {row.device}x{row.nproc:<3} {row.seconds:5.1f}  {row.skipped}"
     bad = ("" if row.bad_ok else "NO: ") + row.bad_detail
     fixed = ("" if row.fixed_ok else "NO: ") + f"{row.fixed_detail} ({row.fixed_source})"
-    return f"{_verdict(row)}  {row.rule:<8} {row.device}x{row.nproc:<3} {row.seconds:5.1f}  {bad:<52}  {fixed}"
+    return f"{_verdict(row)}  {row.rule:<24} {row.device}x{row.nproc:<3} {row.seconds:5.1f}  {bad:<52}  {fixed}"
 
 
 def summary(report: Report) -> str:
@@ -462,7 +511,9 @@ def markdown(report: Report) -> str:
         "and must show the symptom its `verify.toml` documents; then the script fsdplint's own fix makes of",
         "`bad.py` (or `good.py`, for rules without a fix) must train: exit 0, finite and decreasing loss,",
         "every parameter updated, ranks in agreement, and every extra check true (a checkpoint a fresh",
-        "process can load, ...). The expectations come from each rule's `tests/fixtures/<CODE>/verify.toml`.",
+        "process can load, ...). A migration (FSDP501) runs its FSDP1 original (symptom `none`: it trains)",
+        "and the migrated script must train to the same losses. The expectations come from each",
+        "`tests/fixtures/<CODE>/verify.toml` (or `<CODE>/<shape>/verify.toml` for a rule with several scripts).",
         "A row marked skipped needs what this machine lacks (CUDA, more GPUs; its `[run]` table says why):",
         "it did not run and is not a pass.",
         "",

@@ -379,9 +379,10 @@ class Flow:
         return None
 
     def escapes(self, ref: Ref, start: int = 0, end: int | None = None) -> bool:
-        """`ref` was handed to a function this run cannot see, between events `start` and `end`."""
+        """`ref` was handed to a function this run cannot see, between events `start` and `end`
+        (builtins such as `print` or `isinstance` do not count)."""
         for event in self.events[start:end]:
-            if event.kind == CALL and not (event.qname or "").startswith("torch."):
+            if event.kind == CALL and not (event.qname or "").startswith("torch.") and event.qname not in _BUILTINS:
                 if any(arg.root == ref.root for arg in event.arg_refs()):
                     return True
         return False
@@ -573,6 +574,9 @@ class _Walker:
             value.event.binding = bound.ref
             if value.event.kind == OPTIMIZER and bound.ref:
                 self.flow.optimizer_bindings.add(bound.ref)
+            if value.event.kind in (SHARD, WRAP) and not value.event.targets and bound.ref:
+                # `model = FSDP(Model())`: the module wrapped is the one the name now holds.
+                value.event.targets = (bound.ref,)
         if statement is not None and bound.ref is not None and (self.meta_depth or value.event and value.event.kind == META):
             self.emit(META, target, statement, parents, targets=(bound.ref,))
 

@@ -59,6 +59,10 @@ class Rule:
     trigger_tokens: ClassVar[tuple[str, ...]] = ("fully_shard", "FullyShardedDataParallel")
     # Engine-emitted codes (syntax errors, noqa problems) have no check of their own.
     engine_only: ClassVar[bool] = False
+    # An opt-in rule (a codemod such as the FSDP1 -> FSDP2 migration) runs only when its code or
+    # name is selected explicitly: `ALL` and prefixes (`FSDP5`) leave it out, as ruff does for
+    # preview rules under `explicit-preview-rules`. Ignoring by prefix or `ALL` still covers it.
+    opt_in: ClassVar[bool] = False
 
     def check(self, program: Program) -> Iterable[Finding]:
         raise NotImplementedError(f"{self.code} has no check")
@@ -89,15 +93,16 @@ class RuleSet:
     def lookup(self, code_or_name: str) -> type[Rule] | None:
         return self.by_code.get(code_or_name.upper()) or self.by_name.get(code_or_name.lower())
 
-    def expand(self, selector: str) -> list[type[Rule]]:
-        """A code, a code prefix (`FSDP1`), a kebab-case name, or `ALL`."""
-        if selector.upper() == "ALL":
-            return list(self.rules)
-        rule = self.by_name.get(selector.lower())
+    def expand(self, selector: str, include_opt_in: bool = False) -> list[type[Rule]]:
+        """A code, a code prefix (`FSDP1`), a kebab-case name, or `ALL`.
+
+        Opt-in rules come only from their exact code or name, unless `include_opt_in` (for ignores).
+        """
+        rule = self.lookup(selector)
         if rule:
             return [rule]
-        prefix = selector.upper()
-        return [rule for rule in self.rules if rule.code.startswith(prefix)]
+        prefix = "" if selector.upper() == "ALL" else selector.upper()
+        return [rule for rule in self.rules if rule.code.startswith(prefix) and (include_opt_in or not rule.opt_in)]
 
 
 def render_doc(rule: type[Rule]) -> str:
@@ -108,9 +113,11 @@ def render_doc(rule: type[Rule]) -> str:
         FixAvailability.UNSAFE: "Unsafe fix: applied by `--fix --unsafe-fixes`.",
         FixAvailability.SOMETIMES_SAFE: "Fix: safe for some findings, unsafe for others (see Fix safety).",
     }[rule.fix_availability]
+    opt_in = f"Opt-in: runs only when selected by its code (`--select {rule.code}`); `ALL` and prefixes leave it out.\n\n" if rule.opt_in else ""
     header = (
         f"# {rule.code} {rule.name}\n\n"
         f"{rule.summary}\n\n"
         f"Severity: {rule.severity.value}. {fix}\n\n"
+        f"{opt_in}"
     )
     return header + rule.documentation() + "\n"

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Iterator
 if TYPE_CHECKING:
     import libcst as cst
 
+    from fsdplint.fixes import Fix
     from fsdplint.model import Event, FileModel, Flow, Ref, Value
 
 
@@ -153,3 +154,42 @@ def process_group_backend(event: Event) -> str | None:
     positional, keywords = argument_values(event)
     node = positional[0][0] if positional else keywords.get("backend", (None, None))[0]
     return getattr(node, "evaluated_value", None) if node is not None else None
+
+
+def qualified_reference(file: FileModel, qualified: str) -> str | None:
+    """How the file's code can name `qualified` (`dist` for `torch.distributed`), if it imports it."""
+    for local, target in file.imports.items():
+        if target == qualified:
+            return local
+    head = qualified.split(".")[0]
+    return qualified if file.imports.get(head) == head else None
+
+
+def no_sync_fix(event: Event) -> Fix | None:
+    """`with m.no_sync(): body` -> `m.set_requires_gradient_sync(False)` + `try: body finally: ...(True)`.
+
+    Exception-safe like `no_sync` itself; None when the `with` has other items, `as`, or is async.
+    """
+    import libcst as cst
+
+    from fsdplint.fixes import Fix, Replace
+
+    statement = event.statement if event.with_item else None
+    if not isinstance(statement, cst.With) or len(statement.items) != 1 or statement.asynchronous or statement.items[0].asname:
+        return None
+
+    def rewrite(with_node: cst.With):
+        receiver = with_node.items[0].item.func.value
+
+        def toggle(value: str) -> cst.SimpleStatementLine:
+            call = cst.Call(cst.Attribute(receiver, cst.Name("set_requires_gradient_sync")), [cst.Arg(cst.Name(value))])
+            return cst.SimpleStatementLine([cst.Expr(call)])
+
+        restore = cst.Finally(body=cst.IndentedBlock([toggle("True")]))
+        return cst.FlattenSentinel([
+            toggle("False").with_changes(leading_lines=with_node.leading_lines),
+            cst.Try(body=with_node.body, finalbody=restore),
+        ])
+
+    return Fix("Replace `no_sync()` with `set_requires_gradient_sync(False)`/`(True)` around the body", safe=True,
+               operations=[Replace(statement, rewrite)])

@@ -61,7 +61,7 @@ class Fsdp1ApiOnFsdp2Module(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL, METHOD
-        from fsdplint.rulekit import code, via, where
+        from fsdplint.rulekit import code, no_sync_fix, via, where
 
         for flow in program.flows:
             for event in flow.of_kind(METHOD, CALL):
@@ -76,38 +76,12 @@ class Fsdp1ApiOnFsdp2Module(Rule):
                 shard = flow.sharding_of(module, event.index, fsdp=2)
                 if shard is None:
                     continue
-                fix = self._no_sync_fix(event) if method == "no_sync" else None
+                fix = no_sync_fix(event) if method == "no_sync" else None
                 advice = _FSDP1_METHODS[method].format(m=receiver)
                 yield Finding(event.file, event.node,
                               f"`{method}` is FSDP1 API but `{receiver}` is sharded with `fully_shard` "
                               f"(at {where(shard)}){via(event)}: {advice}", fix)
             yield from self._sync_never_restored(flow)
-
-    @staticmethod
-    def _no_sync_fix(event):
-        import libcst as cst
-
-        from fsdplint.fixes import Fix, Replace
-
-        statement = event.statement if event.with_item else None
-        if not isinstance(statement, cst.With) or len(statement.items) != 1 or statement.asynchronous or statement.items[0].asname:
-            return None
-
-        def rewrite(with_node: cst.With):
-            receiver = with_node.items[0].item.func.value
-
-            def toggle(value: str) -> cst.SimpleStatementLine:
-                call = cst.Call(cst.Attribute(receiver, cst.Name("set_requires_gradient_sync")), [cst.Arg(cst.Name(value))])
-                return cst.SimpleStatementLine([cst.Expr(call)])
-
-            restore = cst.Finally(body=cst.IndentedBlock([toggle("True")]))
-            return cst.FlattenSentinel([
-                toggle("False").with_changes(leading_lines=with_node.leading_lines),
-                cst.Try(body=with_node.body, finalbody=restore),
-            ])
-
-        return Fix("Replace `no_sync()` with `set_requires_gradient_sync(False)`/`(True)` around the body", safe=True,
-                   operations=[Replace(statement, rewrite)])
 
     @staticmethod
     def _sync_never_restored(flow) -> Iterable[Finding]:

@@ -20,6 +20,33 @@ out = model.forward(torch.ones(2))
 """
 FIXED = BAD.replace("model.forward(torch.ones(2))", "model(torch.ones(2))")
 CLEAN = "def add(a, b):\n    return a + b\n"
+# FSDP1 for the opt-in migration (FSDP501): one wrap it migrates, one it leaves for a person.
+FSDP1 = """\
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+model = FSDP(torch.nn.Linear(2, 2), use_orig_params=True)
+with model.no_sync():
+    model(torch.ones(2)).sum().backward()
+"""
+FSDP1_MIGRATED = """\
+import torch
+from torch.distributed.fsdp import fully_shard
+
+model = torch.nn.Linear(2, 2)
+model = fully_shard(model)
+model.set_requires_gradient_sync(False)
+try:
+    model(torch.ones(2)).sum().backward()
+finally:
+    model.set_requires_gradient_sync(True)
+"""
+FSDP1_BY_HAND = """\
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+def wrap(model, policy):
+    return FSDP(model, auto_wrap_policy=policy)
+"""
 # FSDP104 (optimizer built before sharding) has only an unsafe fix.
 UNSAFE = """\
 import torch
@@ -99,6 +126,41 @@ def test_select(project, selector):
 def test_select_prefix(project):
     assert codes(check(project, "--select", "FSDP1", "bad.py")) == {"FSDP101", "FSDP103"}
     assert check(project, "--select", "FSDP2", "bad.py").returncode == 0
+
+
+def test_opt_in_rule_runs_only_when_named(tmp_path):
+    (tmp_path / "train.py").write_text(FSDP1)
+    for selection in ([], ["--select", "ALL"], ["--select", "FSDP5"], ["--extend-select", "FSDP50"]):
+        assert "FSDP501" not in check(tmp_path, *selection, "train.py").stdout, selection
+    for selector in ("FSDP501", "migrate-fsdp1-to-fsdp2"):
+        assert codes(check(tmp_path, "--select", selector, "train.py")) == {"FSDP501"}
+    assert codes(check(tmp_path, "--select", "ALL", "--extend-select", "FSDP501", "train.py")) == {"FSDP501"}
+    assert check(tmp_path, "--select", "FSDP501", "--ignore", "FSDP5", "train.py").returncode == 0
+
+
+def test_migrate_shows_the_diff_and_writes_it_with_write(tmp_path):
+    (tmp_path / "train.py").write_text(FSDP1)
+    shown = run("migrate", "train.py", cwd=tmp_path)
+    assert shown.returncode == 1
+    assert "+model = fully_shard(model)" in shown.stdout and "Would migrate 1 file; 0 left for a person." in shown.stderr
+    assert (tmp_path / "train.py").read_text() == FSDP1
+    written = run("migrate", "--write", "train.py", cwd=tmp_path)
+    assert written.returncode == 0, written.stderr
+    assert (tmp_path / "train.py").read_text() == FSDP1_MIGRATED
+    assert run("check", "train.py", cwd=tmp_path).returncode == 0
+    # The same as selecting the rule and applying unsafe fixes.
+    (tmp_path / "again.py").write_text(FSDP1)
+    assert run("check", "--select", "FSDP501", "--fix", "--unsafe-fixes", "again.py", cwd=tmp_path).returncode == 0
+    assert (tmp_path / "again.py").read_text() == FSDP1_MIGRATED
+
+
+def test_migrate_lists_what_is_left_for_a_person(tmp_path):
+    (tmp_path / "wrap.py").write_text(FSDP1_BY_HAND)
+    result = run("migrate", "--write", ".", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "wrap.py:4:12: FSDP501" in result.stderr and "auto_wrap_policy=policy" in result.stderr
+    assert "Migrated 0 files; 1 left for a person." in result.stderr
+    assert (tmp_path / "wrap.py").read_text() == FSDP1_BY_HAND
 
 
 @pytest.mark.parametrize("selector", ["FSDP103", "FSDP1", "forward-bypasses-hooks"])

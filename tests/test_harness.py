@@ -76,6 +76,16 @@ def test_a_bad_script_that_trains_fails_the_rule(self_tests: Path):
 
 
 @needs_torch
+def test_a_migration_that_trains_differently_fails(self_tests: Path, monkeypatch):
+    # A broken migration: it runs, but with another learning rate, so the losses part after step 1.
+    monkeypatch.setattr(fsdplint.api, "fix_source", lambda text, *args, **kwargs: text.replace("lr=1e-2", "lr=2e-2"))
+    result = verify(self_tests, "FSDP501")
+    assert result.exit_code == 1
+    assert "FAIL  FSDP501" in result.output and "none, trains" in result.output
+    assert "NO: losses differ from the original" in result.output
+
+
+@needs_torch
 def test_a_hang_is_killed_with_every_rank(tmp_path: Path):
     # Long enough for torchrun to start both ranks on a loaded 2-core CI machine (15 s was not).
     run = harness.run_script(SELF_TESTS / "hangs.py", tmp_path, "cpu", 2, timeout=45)
@@ -128,6 +138,37 @@ def test_a_run_that_fails_once_is_run_again_and_the_row_says_so(tmp_path: Path, 
     assert runs == {"flaky": [], "broken": []}
 
 
+def test_losses_are_compared_with_the_original():
+    trained = {"losses": [1.0, 0.5, 0.25], "params_updated": 8, "params_total": 8, "finite": True, "ranks_agree": True}
+    original = harness.Run(0, "", 1.0, trained)
+    close = harness.Run(0, "", 1.0, {**trained, "losses": [1.0, 0.50001, 0.25]})
+    ok, detail = harness.judge_same_losses(original, close, rtol=1e-4, atol=0)
+    assert ok and detail.endswith("losses match the original (max diff 1e-05)")
+    apart = harness.Run(0, "", 1.0, {**trained, "losses": [1.0, 0.6, 0.3]})
+    ok, detail = harness.judge_same_losses(original, apart, rtol=1e-4, atol=1e-6)
+    assert not ok and detail.startswith("losses differ from the original by up to 0.1")
+    assert harness.judge_same_losses(original, harness.Run(0, "", 1.0, {**trained, "losses": [1.0, 0.5]}), 1e-4, 0) == (
+        False, "2 losses where the original has 3")
+    assert harness.judge_same_losses(None, close, 1e-4, 0) == (False, "the original gave no losses to compare with")
+    # The migrated script must train in its own right first.
+    assert not harness.judge_same_losses(original, harness.Run(1, "RuntimeError: boom\n", 1.0), 1e-4, 0)[0]
+    assert harness.judge_bad({"symptom": "none"}, original) == (True, "none, trains: loss 1→0.25, 8/8 updated")
+    assert not harness.judge_bad({"symptom": "none"}, harness.Run(1, "RuntimeError: boom\n", 1.0))[0]
+
+
+def test_a_rule_may_have_a_case_per_shape(tmp_path: Path):
+    for folder in ("FSDP998", "FSDP999/first", "FSDP999/second"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "verify.toml").write_text('[bad]\nsymptom = "none"\n[fixed]\ncompare = "losses"\nrtol = 0.01\n')
+    (tmp_path / "FSDP999" / "second" / "verify.toml").write_text('[bad]\nsymptom = "error"\n[run]\ndevices = ["cuda"]\n')
+    cases = harness.load_cases(tmp_path)
+    assert [(case.rule, case.name) for case in cases] == [("FSDP998", "FSDP998"), ("FSDP999", "FSDP999/first"), ("FSDP999", "FSDP999/second")]
+    assert cases[1].compare == {"rtol": 0.01, "atol": 1e-6} and cases[2].compare is None
+    assert cases[2].launch.devices == ("cuda",)
+    assert [case.name for case in harness.load_cases(tmp_path, ["FSDP999"])] == ["FSDP999/first", "FSDP999/second"]
+    assert [case.name for case in harness.load_cases(tmp_path, ["fsdp999/second"])] == ["FSDP999/second"]
+
+
 def test_verify_toml_is_validated(tmp_path: Path):
     (tmp_path / "FSDP999").mkdir()
     (tmp_path / "FSDP999" / "verify.toml").write_text('[bad]\nsymptom = "wrong-state"\n')
@@ -135,6 +176,9 @@ def test_verify_toml_is_validated(tmp_path: Path):
         harness.load_cases(tmp_path)
     with pytest.raises(harness.VerifyError, match="no verify.toml for FSDP000"):
         harness.load_cases(tmp_path, ["FSDP000"])
+    (tmp_path / "FSDP999" / "verify.toml").write_text('[bad]\nsymptom = "error"\n[fixed]\ncompare = "losses"\n')
+    with pytest.raises(harness.VerifyError, match='needs \\[bad\\] symptom = "none"'):
+        harness.load_cases(tmp_path)
 
 
 def test_without_torch_verify_says_how_to_install(monkeypatch):
