@@ -138,10 +138,27 @@ class Event:
     binding: Ref | None = None  # what the call's result was assigned to
     with_item: bool = False  # the call is the context manager of a `with`
     function: FunctionInfo | None = None  # the function whose body holds the node (None: module level)
+    # The statements around the call sites it was inlined through, outermost first: for each call,
+    # its compound statements and then its own statement.
+    outer: tuple[cst.CSTNode, ...] = ()
 
     @property
     def target(self) -> Ref | None:
         return self.targets[0] if self.targets else None
+
+    def rank_zero_guard(self) -> cst.If | None:
+        """The `if` that lets the event run on rank 0 only (`if rank == 0:`, `if dist.get_rank() != 0:
+        ... else:`, `if accelerator.is_main_process:`), here or around a call that led to it."""
+        path = self.outer + self.parents + (self.statement,)
+        for position, node in enumerate(path[:-1]):
+            if not isinstance(node, cst.If):
+                continue
+            branch = _rank_zero_branch(node.test)
+            inner = path[position + 1]
+            in_body = isinstance(node.body, cst.IndentedBlock) and any(s is inner for s in node.body.body)
+            if branch == "body" and in_body or branch == "orelse" and not in_body:
+                return node
+        return None
 
     def arg_refs(self) -> Iterator[Ref]:
         for value in itertools.chain(self.args, self.kwargs.values()):
@@ -341,21 +358,28 @@ class Flow:
         return self.of_kind(*kinds)
 
     def sharding_of(self, ref: Ref, before: int, fsdp: int | None = 2) -> Event | None:
-        """The shard event that manages `ref` (it or a module it lives in) before event `before`.
+        """The last shard event that manages `ref` (it or a module it lives in) before event `before`.
 
-        Falls back to what other methods of the same class shard on `self`.
+        With `fsdp=1` or `2`, only when every event that manages it is of that FSDP: a module that both
+        `fully_shard` and `FullyShardedDataParallel` reach (`if use_fsdp2: fully_shard(model) else:
+        model = FSDP(model)`) is of neither, since which one runs is not known. Falls back to what
+        other methods of the same class shard on `self`.
         """
-        for event in reversed(self.events[:before]):
-            if event.kind in ((SHARD, WRAP) if fsdp is None else ((SHARD,) if fsdp == 2 else (WRAP,))):
-                if any(ref.is_within(target) for target in event.targets):
-                    return event
-        if ref.root == "self" and self.function and self.function.class_name:
-            for event in self.program.class_shards.get((self.file.module_name, self.function.class_name), ()):
-                if (fsdp is None or (event.kind == SHARD) == (fsdp == 2)) and any(
-                    ref.is_within(target) for target in event.targets
-                ):
-                    return event
-        return None
+        managing = [event for event in self.events[:before] if event.kind in (SHARD, WRAP)
+                    and any(ref.is_within(target) for target in event.targets)]
+        if not managing and ref.root == "self" and self.function and self.function.class_name:
+            managing = [event for event in self.program.class_shards.get((self.file.module_name, self.function.class_name), ())
+                        if any(ref.is_within(target) for target in event.targets)]
+        if fsdp is not None and {event.kind for event in managing} != {SHARD if fsdp == 2 else WRAP}:
+            return None
+        return managing[-1] if managing else None
+
+    def origin(self, value: Value, before: int) -> Event | None:
+        """The call that produced a value: its own event, or the last call before event `before` whose
+        result was bound to the name it is read from (`mp = MixedPrecision(...)` for `mp`)."""
+        if value.event is not None or value.ref is None:
+            return value.event
+        return next((event for event in reversed(self.events[:before]) if event.binding == value.ref), None)
 
     def escapes(self, ref: Ref, start: int = 0, end: int | None = None) -> bool:
         """`ref` was handed to a function this run cannot see, between events `start` and `end`."""
@@ -404,7 +428,10 @@ class Program:
 
     def resolve_function(self, file: FileModel, caller: FunctionInfo | None, call: cst.Call) -> FunctionInfo | None:
         """The function of this run a call reaches: nested, same class, same file, imported, or unique."""
-        func = call.func
+        return self.resolve_callable(file, caller, call.func)
+
+    def resolve_callable(self, file: FileModel, caller: FunctionInfo | None, func: cst.CSTNode) -> FunctionInfo | None:
+        """The function of this run a name or attribute refers to, as `resolve_function` finds it."""
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
             if caller and caller.class_name:
                 return file.functions.get(f"{caller.class_name}.{func.attr.value}")
@@ -435,7 +462,7 @@ class Program:
 class _Walker:
     """Walks one function body in textual order, appending events to the flow, inlining callees."""
 
-    def __init__(self, flow: Flow, file: FileModel, function: FunctionInfo | None, env: dict[str, Value], prefix: str, chain: tuple[str, ...], depth: int, stack: tuple[int, ...] = ()) -> None:
+    def __init__(self, flow: Flow, file: FileModel, function: FunctionInfo | None, env: dict[str, Value], prefix: str, chain: tuple[str, ...], depth: int, stack: tuple[int, ...] = (), outer: tuple[cst.CSTNode, ...] = ()) -> None:
         self.flow = flow
         self.file = file
         self.function = function
@@ -446,6 +473,7 @@ class _Walker:
         self.stack = stack + ((id(function.node),) if function else ())
         self.returned = Value()
         self.meta_depth = 0
+        self.outer = outer  # statements around the call sites that led here (Event.outer)
 
     # statements
 
@@ -550,6 +578,8 @@ class _Walker:
         self.env[key] = bound
         if value.event is not None and value.event.binding is None:
             value.event.binding = bound.ref
+            if value.event.kind in (SHARD, WRAP) and not value.event.targets and bound.ref:
+                value.event.targets = (bound.ref,)  # `model = FSDP(Model(...))`: the wrapped module is the result
             if value.event.kind == OPTIMIZER and bound.ref:
                 self.flow.optimizer_bindings.add(bound.ref)
         if statement is not None and bound.ref is not None and (self.meta_depth or value.event and value.event.kind == META):
@@ -751,12 +781,13 @@ class _Walker:
                 env[name] = Value(ref=Ref(prefix + name), params_of=given.params_of)
                 self.flow.assigned_roots.add(prefix + name)
                 self.record_origin(prefix + name, given.event)
-        walker = _Walker(self.flow, callee.file, callee, env, prefix, self.chain + (callee.name,), self.depth + 1, self.stack)
+        walker = _Walker(self.flow, callee.file, callee, env, prefix, self.chain + (callee.name,), self.depth + 1, self.stack,
+                         self.outer + parents + (statement,))
         walker.walk_suite(callee.node.body, ())
         return walker.returned
 
     def emit(self, kind: str, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple, **fields) -> Event:
-        event = Event(kind, node, self.file, statement, parents, self.chain, function=self.function, **fields)
+        event = Event(kind, node, self.file, statement, parents, self.chain, function=self.function, outer=self.outer, **fields)
         self.flow.events.append(event)
         return event
 
@@ -774,6 +805,53 @@ def _common_ref(refs: list[Ref | None]) -> Ref | None:
             break
         path.append(parts[0])
     return Ref(first.root, tuple(path))
+
+
+# Flags that are true on the main process only (`accelerator.is_main_process`, `trainer.is_global_zero`).
+_MAIN_PROCESS_FLAGS = frozenset({"is_main_process", "is_master", "master_process", "is_master_process", "is_rank_zero",
+                                 "is_rank0", "rank0", "is_global_zero", "is_local_main_process", "is_main"})
+
+
+def _is_rank(node: cst.CSTNode) -> bool:
+    """`rank`, `self.local_rank`, `dist.get_rank()`, `int(os.environ["RANK"])`: an expression naming a rank."""
+    if isinstance(node, cst.Call):
+        if isinstance(node.func, cst.Name) and node.func.value == "int" and node.args:
+            return _is_rank(node.args[0].value)
+        node = node.func
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+        key = node.slice[0].slice.value
+        return isinstance(key, cst.SimpleString) and "RANK" in key.evaluated_value.upper()
+    name = dotted_name(node)
+    return bool(name) and "rank" in name.rsplit(".", 1)[-1].lower()
+
+
+def _rank_zero_branch(test: cst.CSTNode) -> str | None:
+    """Which branch of an `if` with this test runs on rank 0 only: "body", "orelse" or None."""
+    if isinstance(test, cst.BooleanOperation):
+        # `rank == 0 and x`: the body still needs rank 0; `or` lets other ranks in.
+        if isinstance(test.operator, cst.And) and "body" in (_rank_zero_branch(test.left), _rank_zero_branch(test.right)):
+            return "body"
+        return None
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _rank_zero_branch(test.expression)
+        return {"body": "orelse", "orelse": "body"}.get(inner or "")
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        operator, right = test.comparisons[0].operator, test.comparisons[0].comparator
+        zero_on_right = isinstance(right, cst.Integer) and right.value == "0" and _is_rank(test.left)
+        zero_on_left = isinstance(test.left, cst.Integer) and test.left.value == "0" and _is_rank(right)
+        if zero_on_right or zero_on_left:
+            if isinstance(operator, (cst.Equal, cst.Is)):
+                return "body"
+            if isinstance(operator, (cst.NotEqual, cst.IsNot)) or zero_on_right and isinstance(operator, cst.GreaterThan):
+                return "orelse"
+        return None
+    target = test.func if isinstance(test, cst.Call) else test
+    name = dotted_name(target)
+    if name and name.rsplit(".", 1)[-1] in _MAIN_PROCESS_FLAGS:
+        return "body"
+    if isinstance(test, (cst.Name, cst.Attribute)) and _is_rank(test):
+        return "orelse"  # `if rank:` is every rank but 0
+    return None
 
 
 _LEAVES = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis)
