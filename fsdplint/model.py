@@ -39,6 +39,7 @@ _CANONICAL_PREFIXES = (
     ("torch.distributed.tensor._api.", "torch.distributed.tensor."),
 )
 _BUILTINS = frozenset(dir(builtins))
+_CONSTANTS = frozenset({"None", "True", "False"})
 # Builtins that pass an iterable through: iterating `enumerate(model.layers)` iterates the layers.
 _ITERABLE_WRAPPERS = frozenset({"enumerate", "reversed", "list", "sorted", "tuple", "iter", "zip", "filter"})
 # Module methods whose result is the module itself (`model = model.to(device)` keeps its identity).
@@ -107,6 +108,7 @@ class Value:
     iterates: Ref | None = None  # iterating the value yields sub-modules of this ref
     event: Event | None = None  # the event that produced the value
     elements: tuple[Value, ...] | None = None  # a tuple or list literal, element by element
+    constant: str | None = None  # "None", "True" or "False": a literal passed for a parameter
 
 
 @dataclass
@@ -146,17 +148,20 @@ class Event:
     def target(self) -> Ref | None:
         return self.targets[0] if self.targets else None
 
+    def branches(self) -> Iterator[tuple[cst.If, bool]]:
+        """Each `if` the event runs under, here or around a call that led to it, outermost first, and
+        whether the event is in its body (True) or its `else` (False)."""
+        path = self.outer + self.parents + (self.statement,)
+        for position, node in enumerate(path[:-1]):
+            if isinstance(node, cst.If):
+                inner = path[position + 1]
+                yield node, isinstance(node.body, cst.IndentedBlock) and any(s is inner for s in node.body.body)
+
     def rank_zero_guard(self) -> cst.If | None:
         """The `if` that lets the event run on rank 0 only (`if rank == 0:`, `if dist.get_rank() != 0:
         ... else:`, `if accelerator.is_main_process:`), here or around a call that led to it."""
-        path = self.outer + self.parents + (self.statement,)
-        for position, node in enumerate(path[:-1]):
-            if not isinstance(node, cst.If):
-                continue
-            branch = _rank_zero_branch(node.test)
-            inner = path[position + 1]
-            in_body = isinstance(node.body, cst.IndentedBlock) and any(s is inner for s in node.body.body)
-            if branch == "body" and in_body or branch == "orelse" and not in_body:
+        for node, in_body in self.branches():
+            if _rank_zero_branch(node.test) == ("body" if in_body else "orelse"):
                 return node
         return None
 
@@ -374,6 +379,23 @@ class Flow:
             return None
         return managing[-1] if managing else None
 
+    def isinstance_known(self, event: Event, ref: Ref, classes: tuple[str, ...]) -> bool | None:
+        """Whether `ref` (or a module holding it) is an instance of one of `classes` (qualified names)
+        where `event` runs, as the `if isinstance(...)` tests around it say: True, False, or None."""
+        tests = {id(e.node): e for e in self.events if e.kind == CALL and e.qname == "isinstance" and len(e.args) == 2}
+        for node, in_body in event.branches():
+            test, holds = node.test, in_body
+            if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+                test, holds = test.expression, not holds
+            check = tests.get(id(test))
+            if check is None or check.args[0].ref is None or not ref.is_within(check.args[0].ref):
+                continue
+            kinds = check.node.args[1].value
+            names = [element.value for element in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+            if any(self.file.qualify(name) in classes or check.file.qualify(name) in classes for name in names):
+                return holds
+        return None
+
     def origin(self, value: Value, before: int) -> Event | None:
         """The call that produced a value: its own event, or the last call before event `before` whose
         result was bound to the name it is read from (`mp = MixedPrecision(...)` for `mp`)."""
@@ -492,8 +514,10 @@ class _Walker:
                 self.small_statement(small, node, parents)
         elif isinstance(node, cst.If):
             self.expr(node.test, node, parents)
-            self.walk_suite(node.body, inner)
-            if node.orelse is not None:
+            truth = self.static_truth(node.test)
+            if truth is not False:
+                self.walk_suite(node.body, inner)
+            if node.orelse is not None and truth is not True:
                 if isinstance(node.orelse, cst.If):
                     self.statement(node.orelse, parents)
                 else:
@@ -529,6 +553,29 @@ class _Walker:
             self.expr(node.subject, node, parents)
             for case in node.cases:
                 self.walk_suite(case.body, inner)
+
+    def static_truth(self, test: cst.CSTNode) -> bool | None:
+        """The value of an `if` test on a parameter that the call passed a literal for (`scaler=None`
+        makes `if scaler is not None:` dead), else None. Only parameters: a name assigned in the
+        function may change on a later loop iteration."""
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            inner = self.static_truth(test.expression)
+            return None if inner is None else not inner
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+            comparison = test.comparisons[0]
+            if isinstance(comparison.comparator, cst.Name) and comparison.comparator.value == "None":
+                known = self.parameter_constant(test.left)
+                if known is not None and isinstance(comparison.operator, (cst.Is, cst.IsNot)):
+                    return (known == "None") == isinstance(comparison.operator, cst.Is)
+            return None
+        known = self.parameter_constant(test)
+        return None if known is None else known == "True"
+
+    def parameter_constant(self, node: cst.CSTNode) -> str | None:
+        if not isinstance(node, cst.Name) or self.function is None or node.value not in self.function.params:
+            return None
+        value = self.env.get(node.value)
+        return value.constant if value is not None else None
 
     def small_statement(self, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple[cst.CSTNode, ...]) -> None:
         if isinstance(node, cst.Expr):
@@ -580,6 +627,8 @@ class _Walker:
             value.event.binding = bound.ref
             if value.event.kind in (SHARD, WRAP) and not value.event.targets and bound.ref:
                 value.event.targets = (bound.ref,)  # `model = FSDP(Model(...))`: the wrapped module is the result
+                if value.event.args and not bound.ref.path:
+                    self.record_origin(bound.ref.root, value.event.args[0].event)
             if value.event.kind == OPTIMIZER and bound.ref:
                 self.flow.optimizer_bindings.add(bound.ref)
         if statement is not None and bound.ref is not None and (self.meta_depth or value.event and value.event.kind == META):
@@ -623,6 +672,8 @@ class _Walker:
         return Value(ref=source.child("[]")) if source else Value()
 
     def expr(self, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple, with_item: bool = False) -> Value:
+        if isinstance(node, cst.Name) and node.value in _CONSTANTS:
+            return Value(constant=node.value)
         if isinstance(node, (cst.Name, cst.Attribute)):
             key = dotted_name(node)
             if key is not None and key in self.env:
@@ -778,7 +829,7 @@ class _Walker:
         for name in params:
             if name not in env or env[name].ref is None:
                 given = env.get(name, Value())
-                env[name] = Value(ref=Ref(prefix + name), params_of=given.params_of)
+                env[name] = Value(ref=Ref(prefix + name), params_of=given.params_of, constant=given.constant)
                 self.flow.assigned_roots.add(prefix + name)
                 self.record_origin(prefix + name, given.event)
         walker = _Walker(self.flow, callee.file, callee, env, prefix, self.chain + (callee.name,), self.depth + 1, self.stack,

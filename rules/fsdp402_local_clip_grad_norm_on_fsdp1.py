@@ -60,7 +60,7 @@ class LocalClipGradNormOnFsdp1(Rule):
     trigger_tokens = ("FullyShardedDataParallel",)
 
     def check(self, program) -> Iterable[Finding]:
-        from fsdplint.model import CALL
+        from fsdplint.model import CALL, FSDP1_WRAPPER
         from fsdplint.rulekit import code, via, where
 
         for flow in program.flows:
@@ -68,7 +68,8 @@ class LocalClipGradNormOnFsdp1(Rule):
                 if event.qname not in _TORCH_CLIP or not event.args:
                     continue
                 wrapped = [(module, wrap) for module in sorted(event.args[0].params_of, key=str)
-                           if (wrap := flow.sharding_of(module, event.index, fsdp=1)) is not None and not _keeps_whole_gradients(wrap)]
+                           if (wrap := flow.sharding_of(module, event.index, fsdp=1)) is not None and not _keeps_whole_gradients(wrap)
+                           and flow.isinstance_known(event, module, (FSDP1_WRAPPER,)) is not False]
                 if not wrapped:
                     continue
                 module, wrap = wrapped[0]
