@@ -65,10 +65,13 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
     trigger_tokens = ("FullyShardedDataParallel",)
 
     def check(self, program) -> Iterable[Finding]:
+        from fsdplint.model import CALL
+
         uses_sharded_scaler = any(name.endswith("ShardedGradScaler") for file in program.files for name in file.imports.values())
         for flow in program.flows:
             yield from self._plain_scalers(flow)
-            if not uses_sharded_scaler:
+            # With a plain GradScaler in the flow, that scaler is the finding.
+            if not uses_sharded_scaler and not any(event.qname in _GRAD_SCALERS for event in flow.of_kind(CALL)):
                 yield from self._fp16_without_scaler(flow)
 
     def _plain_scalers(self, flow) -> Iterable[Finding]:
