@@ -157,6 +157,41 @@ class Event:
                 inner = path[position + 1]
                 yield node, isinstance(node.body, cst.IndentedBlock) and any(s is inner for s in node.body.body)
 
+    def conditions(self) -> set[tuple[str, bool]]:
+        """What holds where the event runs, as (test source, truth): the tests of the `if`s around it
+        and the `assert`s before it in the blocks that hold it (`not` folded into the truth)."""
+        facts: set[tuple[str, bool]] = set()
+        path = self.outer + self.parents + (self.statement,)
+
+        def add(test: cst.CSTNode, truth: bool) -> None:
+            while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+                test, truth = test.expression, not truth
+            # `a and b` true: both true; `a or b` false: both false.
+            if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And if truth else cst.Or):
+                add(test.left, truth)
+                add(test.right, truth)
+            facts.add((self.file.code(test).strip(), truth))
+
+        for node, in_body in self.branches():
+            add(node.test, in_body)
+        for position, node in enumerate(path[:-1]):
+            inner = path[position + 1]
+            for suite in _suites(node):
+                statements = _body(suite)
+                if any(statement is inner for statement in statements):
+                    for statement in statements[:[id(s) for s in statements].index(id(inner))]:
+                        if isinstance(statement, cst.SimpleStatementLine):
+                            for small in statement.body:
+                                if isinstance(small, cst.Assert):
+                                    add(small.test, True)
+        return facts
+
+    def excludes(self, other: Event) -> bool:
+        """The two never run in one execution: one needs a test true that the other needs false
+        (`if args.fsdp: model = FSDP(model)` and `assert not args.fsdp; scaler = GradScaler()`)."""
+        mine = self.conditions()
+        return any((test, not truth) in mine for test, truth in other.conditions())
+
     def rank_zero_guard(self) -> cst.If | None:
         """The `if` that lets the event run on rank 0 only (`if rank == 0:`, `if dist.get_rank() != 0:
         ... else:`, `if accelerator.is_main_process:`), here or around a call that led to it."""
@@ -555,9 +590,8 @@ class _Walker:
                 self.walk_suite(case.body, inner)
 
     def static_truth(self, test: cst.CSTNode) -> bool | None:
-        """The value of an `if` test on a parameter that the call passed a literal for (`scaler=None`
-        makes `if scaler is not None:` dead), else None. Only parameters: a name assigned in the
-        function may change on a later loop iteration."""
+        """The value of an `if` test on a name known to hold a literal (a parameter the call passed
+        `scaler=None` for, or `scaler = None` assigned once): `if scaler is not None:` is dead."""
         if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
             inner = self.static_truth(test.expression)
             return None if inner is None else not inner
@@ -572,10 +606,16 @@ class _Walker:
         return None if known is None else known == "True"
 
     def parameter_constant(self, node: cst.CSTNode) -> str | None:
-        if not isinstance(node, cst.Name) or self.function is None or node.value not in self.function.params:
+        """The literal a parameter was passed, or a name assigned once was given."""
+        if not isinstance(node, cst.Name):
             return None
         value = self.env.get(node.value)
         return value.constant if value is not None else None
+
+    def assigned_once(self, name: str) -> bool:
+        """Whether the function (or module) body binds `name` in one statement only."""
+        body = _body(self.function.node.body) if self.function else list(self.file.module.body)
+        return sum(1 for bound in _bound_names(body) if bound == name) == 1
 
     def small_statement(self, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple[cst.CSTNode, ...]) -> None:
         if isinstance(node, cst.Expr):
@@ -621,7 +661,10 @@ class _Walker:
             if root:
                 self.flow.assigned_roots.add(root)
                 self.record_origin(root, value.event)
-            bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, elements=value.elements)
+            # A literal kept only for a name assigned once: another assignment, later in a loop, could
+            # change it before a test that comes earlier in the text.
+            constant = value.constant if root and value.constant and self.assigned_once(key) else None
+            bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, elements=value.elements, constant=constant)
         self.env[key] = bound
         if value.event is not None and value.event.binding is None:
             value.event.binding = bound.ref
@@ -827,6 +870,8 @@ class _Walker:
             if name in params:
                 env[name] = value
         for name in params:
+            if name not in env and _literal_default(callee.node, name):
+                env[name] = Value(constant=_literal_default(callee.node, name))
             if name not in env or env[name].ref is None:
                 given = env.get(name, Value())
                 env[name] = Value(ref=Ref(prefix + name), params_of=given.params_of, constant=given.constant)
@@ -841,6 +886,47 @@ class _Walker:
         event = Event(kind, node, self.file, statement, parents, self.chain, function=self.function, outer=self.outer, **fields)
         self.flow.events.append(event)
         return event
+
+
+def _bound_names(statements) -> Iterator[str]:
+    """Every name the statements bind (assignments, loop targets, `with ... as`), nested blocks
+    included, nested functions and classes not."""
+    def targets(node: cst.CSTNode) -> Iterator[str]:
+        if isinstance(node, cst.Name):
+            yield node.value
+        elif isinstance(node, (cst.Tuple, cst.List)):
+            for element in node.elements:
+                yield from targets(element.value)
+        elif isinstance(node, cst.StarredElement):
+            yield from targets(node.value)
+
+    for statement in statements:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign):
+                    for target in small.targets:
+                        yield from targets(target.target)
+                elif isinstance(small, (cst.AnnAssign, cst.AugAssign)):
+                    yield from targets(small.target)
+        elif isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        else:
+            if isinstance(statement, cst.For):
+                yield from targets(statement.target)
+            if isinstance(statement, cst.With):
+                for item in statement.items:
+                    if item.asname:
+                        yield from targets(item.asname.name)
+            for suite in _suites(statement):
+                yield from _bound_names(_body(suite))
+
+
+def _literal_default(function: cst.FunctionDef, name: str) -> str | None:
+    """"None", "True" or "False" when the parameter's default is that literal."""
+    for param in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params):
+        if param.name.value == name and isinstance(param.default, cst.Name) and param.default.value in _CONSTANTS:
+            return param.default.value
+    return None
 
 
 def _common_ref(refs: list[Ref | None]) -> Ref | None:

@@ -57,7 +57,7 @@ class LocalClipGradNormOnFsdp1(Rule):
     summary = "`torch.nn.utils.clip_grad_norm_` on an FSDP1 model clips each rank by its local norm"
     severity = Severity.ERROR
     fix_availability = FixAvailability.SAFE
-    trigger_tokens = ("FullyShardedDataParallel",)
+    trigger_tokens = ("FullyShardedDataParallel", "clip_grad_norm_")
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL, FSDP1_WRAPPER
@@ -69,7 +69,7 @@ class LocalClipGradNormOnFsdp1(Rule):
                     continue
                 wrapped = [(module, wrap) for module in sorted(event.args[0].params_of, key=str)
                            if (wrap := flow.sharding_of(module, event.index, fsdp=1)) is not None and not _keeps_whole_gradients(wrap)
-                           and flow.isinstance_known(event, module, (FSDP1_WRAPPER,)) is not False]
+                           and not wrap.excludes(event) and flow.isinstance_known(event, module, (FSDP1_WRAPPER,)) is not False]
                 if not wrapped:
                     continue
                 module, wrap = wrapped[0]

@@ -62,7 +62,7 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
     summary = "fp16 under FSDP1 without `ShardedGradScaler`"
     severity = Severity.ERROR
     fix_availability = FixAvailability.SAFE
-    trigger_tokens = ("FullyShardedDataParallel",)
+    trigger_tokens = ("FullyShardedDataParallel", "GradScaler")
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL
@@ -87,7 +87,8 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
                     continue
                 optimizer = flow.origin(Value(ref=step.args[0].ref), step.index) if step.args[0].ref else None
                 for module in sorted(optimizer.params_of if optimizer else (), key=str):
-                    wrap = wrap or flow.sharding_of(module, step.index, fsdp=1)
+                    found = flow.sharding_of(module, step.index, fsdp=1)
+                    wrap = wrap or (found if found is not None and not found.excludes(scaler) else None)
             if wrap is None:
                 continue
             yield Finding(scaler.file, scaler.node,
