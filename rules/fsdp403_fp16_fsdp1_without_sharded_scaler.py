@@ -101,7 +101,7 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
     def _fix(scaler):
         import libcst as cst
 
-        from fsdplint.fixes import AddImport, Fix, Replace
+        from fsdplint.fixes import AddImport, DropImportIfUnused, Fix, Replace
 
         args = scaler.node.args
         device_first = scaler.qname.startswith("torch.amp.") and args and args[0].keyword is None and not args[0].star
@@ -110,7 +110,7 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
             return None
         return Fix("Use `ShardedGradScaler`, which checks every rank's gradients for overflow", safe=True,
                    operations=[Replace(scaler.node, lambda call: call.with_changes(func=cst.Name("ShardedGradScaler"))),
-                               AddImport(_SHARDED_SCALER_MODULE, ("ShardedGradScaler",))])
+                               AddImport(_SHARDED_SCALER_MODULE, ("ShardedGradScaler",)), DropImportIfUnused(scaler.qname)])
 
     def _fp16_without_scaler(self, flow) -> Iterable[Finding]:
         from fsdplint.rulekit import via

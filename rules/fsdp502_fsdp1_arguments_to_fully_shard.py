@@ -105,20 +105,22 @@ class Fsdp1ArgumentsToFullyShard(Rule):
 
     @staticmethod
     def _sharding_strategy(event, arg, given):
-        from fsdplint.fixes import Fix, Replace
+        from fsdplint.fixes import DropImportIfUnused, Fix, Replace
 
-        strategy = (event.file.qualify(arg.value) or "").rpartition(f"{_FSDP}.")[2]
+        qualified = event.file.qualify(arg.value) or ""
+        strategy = ".".join(qualified.split(".")[-2:]) if qualified.startswith(_FSDP) else ""
         value = _RESHARD.get(strategy)
         message = "`sharding_strategy` is an FSDP1 argument: `fully_shard` raises `TypeError`; "
         if value is None or "reshard_after_forward" in given:
             return message + "use `reshard_after_forward` (True: FULL_SHARD, False: SHARD_GRAD_OP; HYBRID_SHARD: a 2-D `mesh`)", None
         fix = Fix(f"Pass `reshard_after_forward={value}`", safe=True,
-                  operations=[Replace(arg, lambda node: _keyword(node, "reshard_after_forward", value))])
+                  operations=[Replace(arg, lambda node: _keyword(node, "reshard_after_forward", value)),
+                              DropImportIfUnused(qualified.rsplit(".", 1)[0])])
         return message + f"`{strategy}` is `reshard_after_forward={value}`", fix
 
     @staticmethod
     def _mixed_precision(event, arg, origin, built):
-        from fsdplint.fixes import AddImport, Fix, Replace
+        from fsdplint.fixes import AddImport, DropImportIfUnused, Fix, Replace
 
         keyword = arg.keyword.value
         if built == f"{_FSDP}.MixedPrecisionPolicy" and keyword == "mp_policy":
@@ -141,14 +143,14 @@ class Fsdp1ArgumentsToFullyShard(Rule):
         safe = not dropped
         advice = "; use `mp_policy=MixedPrecisionPolicy(...)`" + ("" if safe else " (FSDP2 does not cast buffers: `buffer_dtype` has no counterpart)")
         operations.append(Replace(call, lambda node: _as_policy(node)))
-        operations.append(AddImport(_FSDP, ("MixedPrecisionPolicy",)))
+        operations += [AddImport(_FSDP, ("MixedPrecisionPolicy",)), DropImportIfUnused(built)]
         return problem + advice, Fix("Use `MixedPrecisionPolicy`" + ("" if safe else ", dropping `buffer_dtype`"), safe=safe, operations=operations)
 
     @staticmethod
     def _offload(event, arg, built):
         import libcst as cst
 
-        from fsdplint.fixes import AddImport, Fix, Replace
+        from fsdplint.fixes import AddImport, DropImportIfUnused, Fix, Replace
 
         if built != f"{_FSDP}.CPUOffload":
             if arg.keyword.value == "cpu_offload":
@@ -162,13 +164,14 @@ class Fsdp1ArgumentsToFullyShard(Rule):
         offloads = _offloads_params(call)
         if offloads is None:
             return problem + "; pass `offload_policy=CPUOffloadPolicy()` to offload the parameters", None
+        unused = DropImportIfUnused(built)
         if offloads:
             return problem + "; pass `offload_policy=CPUOffloadPolicy()`", Fix(
                 "Pass `offload_policy=CPUOffloadPolicy()`", safe=True,
-                operations=[Replace(arg, lambda node: _keyword(node, "offload_policy", "CPUOffloadPolicy()")), AddImport(_FSDP, ("CPUOffloadPolicy",))])
+                operations=[Replace(arg, lambda node: _keyword(node, "offload_policy", "CPUOffloadPolicy()")), AddImport(_FSDP, ("CPUOffloadPolicy",)), unused])
         keyword = arg.keyword.value
         return problem + "; it offloads nothing: drop it", Fix("Drop the argument: it offloads nothing", safe=True,
-                                                                 operations=[Replace(event.node, lambda node: _without(node, keyword))])
+                                                                 operations=[Replace(event.node, lambda node: _without(node, keyword)), unused])
 
 
 def _name(value: str):

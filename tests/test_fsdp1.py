@@ -268,8 +268,9 @@ def test_fsdp502_fixes_and_advice():
     unsafe = fixed(body, select=["FSDP502"], unsafe=True)
     assert "fully_shard(model.b, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))" in unsafe
     assert fixed(unsafe, select=["FSDP502"], unsafe=True) == unsafe
-    assert "from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy" in HEADER + fix_source(
-        HEADER + textwrap.dedent(body), "train.py", select=["FSDP502"], unsafe_fixes=True)
+    # The new classes join the file's import; the FSDP1 classes nothing uses any more leave it.
+    imports = fix_source(HEADER + program(body), "train.py", select=["FSDP502"], unsafe_fixes=True).splitlines()[3]
+    assert imports == "from torch.distributed.fsdp import ShardingStrategy, fully_shard, CPUOffloadPolicy, MixedPrecisionPolicy"
 
 
 def test_fsdp1_arguments_in_fsdp1_are_silent():
@@ -277,3 +278,17 @@ def test_fsdp1_arguments_in_fsdp1_are_silent():
     model = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({Block}), sharding_strategy=ShardingStrategy.SHARD_GRAD_OP,
                  mixed_precision=MixedPrecision(param_dtype=torch.bfloat16), cpu_offload=CPUOffload(offload_params=True))
     """, select=["FSDP502"]) == []
+
+
+def test_grad_scaler_fix_swaps_the_import():
+    result = fixed("""
+    from torch.cuda.amp import GradScaler
+
+    model = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({Block}))
+    optimizer = torch.optim.AdamW(model.parameters())
+    scaler = GradScaler()
+    scaler.step(optimizer)
+    """, select=["FSDP403"])
+    assert "GradScaler import" not in result and "from torch.cuda.amp" not in result
+    assert "from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n" in result
+    assert "scaler = ShardedGradScaler()" in result
