@@ -17,8 +17,9 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
     ## What it does
     Finds fp16 training of an FSDP1 (`FullyShardedDataParallel`) model without
     `ShardedGradScaler`: a `torch.amp.GradScaler` / `torch.cuda.amp.GradScaler` stepping an
-    optimizer over an FSDP1 model, or an fp16 `MixedPrecision` given to `FullyShardedDataParallel`
-    in a program that never uses `ShardedGradScaler`.
+    optimizer over an FSDP1 model, or an fp16 `MixedPrecision` in a program that wraps with
+    `FullyShardedDataParallel` and scales no loss at all (the whole run is judged: the policy is
+    often a constant of a policies module that a function picks at run time).
 
     ## Why is this bad?
     Under FSDP1 each rank holds a shard of every gradient. `GradScaler` looks for inf/NaN in the
@@ -65,14 +66,9 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
     trigger_tokens = ("FullyShardedDataParallel", "GradScaler")
 
     def check(self, program) -> Iterable[Finding]:
-        from fsdplint.model import CALL
-
-        uses_sharded_scaler = any(name.endswith("ShardedGradScaler") for file in program.files for name in file.imports.values())
         for flow in program.flows:
             yield from self._plain_scalers(flow)
-            # With a plain GradScaler in the flow, that scaler is the finding.
-            if not uses_sharded_scaler and not any(event.qname in _GRAD_SCALERS for event in flow.of_kind(CALL)):
-                yield from self._fp16_without_scaler(flow)
+        yield from self._fp16_without_scaler(program)
 
     def _plain_scalers(self, flow) -> Iterable[Finding]:
         from fsdplint.model import CALL, METHOD, Value
@@ -112,18 +108,26 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
                    operations=[Replace(scaler.node, lambda call: call.with_changes(func=cst.Name("ShardedGradScaler"))),
                                AddImport(_SHARDED_SCALER_MODULE, ("ShardedGradScaler",)), DropImportIfUnused(scaler.qname)])
 
-    def _fp16_without_scaler(self, flow) -> Iterable[Finding]:
-        from fsdplint.rulekit import via
+    @staticmethod
+    def _fp16_without_scaler(program) -> Iterable[Finding]:
+        """An fp16 `MixedPrecision` in a program that wraps with FSDP1 and scales no loss at all. The
+        policy is often a module constant of a policies file (`fpSixteen = MixedPrecision(...)`),
+        picked by a function at run time, so the program as a whole is what is judged."""
+        from fsdplint.model import CALL
+        from fsdplint.rulekit import where
 
-        for wrap in flow.shard_events(fsdp=1):
-            policy = wrap.kwargs.get("mixed_precision")
-            origin = flow.origin(policy, wrap.index) if policy is not None else None
-            if origin is None or origin.qname != "torch.distributed.fsdp.MixedPrecision":
+        calls = [event for flow in program.flows for event in flow.of_kind(CALL)]
+        wraps = [event for flow in program.flows for event in flow.shard_events(fsdp=1)]
+        scales = any(name.endswith("ShardedGradScaler") for file in program.files for name in file.imports.values()) \
+            or any(event.qname in _GRAD_SCALERS for event in calls)
+        if scales or not wraps:
+            return
+        for policy in calls:
+            if policy.qname != "torch.distributed.fsdp.MixedPrecision":
                 continue
-            dtypes = [arg.value for arg in origin.node.args if arg.keyword is not None and arg.keyword.value in ("param_dtype", "reduce_dtype")]
-            if not any(origin.file.qualify(dtype) in _FP16 for dtype in dtypes):
-                continue
-            yield Finding(origin.file, origin.node,
-                          f"fp16 `MixedPrecision` for `FullyShardedDataParallel`{via(origin)} with no `ShardedGradScaler` "
-                          f"anywhere: fp16 gradients underflow without loss scaling; scale the loss with `ShardedGradScaler` "
-                          f"from `{_SHARDED_SCALER_MODULE}` (or train in bfloat16)")
+            dtypes = [arg.value for arg in policy.node.args if arg.keyword is not None and arg.keyword.value in ("param_dtype", "reduce_dtype")]
+            if any(policy.file.qualify(dtype) in _FP16 for dtype in dtypes):
+                yield Finding(policy.file, policy.node,
+                              f"fp16 `MixedPrecision` in a program that wraps with `FullyShardedDataParallel` (at {where(wraps[0])}) "
+                              f"and scales no loss: fp16 gradients underflow to zero without loss scaling; use `ShardedGradScaler` "
+                              f"from `{_SHARDED_SCALER_MODULE}` (or train in bfloat16)")
