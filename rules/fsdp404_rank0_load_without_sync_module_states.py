@@ -61,7 +61,7 @@ class Rank0LoadWithoutSyncModuleStates(Rule):
                 if sync is not None and sync.constant != "False":
                     continue  # True, or decided at run time
                 load = next((event for event in flow.events[:wrap.index] if self._loads_into(event, wrap.target)
-                             and event.rank_zero_guard() is not None), None)
+                             and event.rank_zero_guard() is not None and not event.excludes(wrap)), None)
                 if load is None:
                     continue
                 name = code(wrap, wrap.node.args[0].value) if wrap.node.args and wrap.node.args[0].keyword is None else "the model"

@@ -292,3 +292,14 @@ def test_grad_scaler_fix_swaps_the_import():
     assert "GradScaler import" not in result and "from torch.cuda.amp" not in result
     assert "from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n" in result
     assert "scaler = ShardedGradScaler()" in result
+
+
+def test_rank_zero_load_on_a_path_without_fsdp_is_silent():
+    assert codes("""
+    def main(args, rank):
+        model = Net()
+        if rank == 0 and not args.fsdp:
+            model.load_state_dict(torch.load(path))
+        if args.fsdp:
+            model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))
+    """, select=["FSDP404"]) == []
