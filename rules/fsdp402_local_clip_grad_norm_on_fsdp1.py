@@ -98,10 +98,7 @@ class LocalClipGradNormOnFsdp1(Rule):
             return None
 
         def rewrite(call: cst.Call) -> cst.Call:
-            kept = list(call.args[1:])
-            if kept:
-                kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-            return call.with_changes(func=cst.Attribute(call.args[0].value.func.value, cst.Name("clip_grad_norm_")), args=kept)
+            return call.with_changes(func=cst.Attribute(call.args[0].value.func.value, cst.Name("clip_grad_norm_")), args=call.args[1:])
 
         return Fix(f"Call `{code(event, root)}.clip_grad_norm_(...)`, which reduces the norm over all ranks", safe=True,
                    operations=[Replace(event.node, rewrite)])

@@ -303,3 +303,12 @@ def test_rank_zero_load_on_a_path_without_fsdp_is_silent():
         if args.fsdp:
             model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))
     """, select=["FSDP404"]) == []
+
+
+def test_clip_fix_keeps_the_layout_of_a_call_over_several_lines():
+    assert fixed(FSDP1_MODEL, """
+    norm = torch.nn.utils.clip_grad_norm_(
+        model.parameters(),
+        max_norm=1.0,  # from the config
+    )
+    """, select=["FSDP402"]).endswith("norm = model.clip_grad_norm_(\n    max_norm=1.0,  # from the config\n)\n")
