@@ -25,8 +25,8 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
     Under FSDP1 each rank holds a shard of every gradient. `GradScaler` looks for inf/NaN in the
     gradients this rank holds only, so when an overflow lands in one rank's shard, that rank skips
     the step and halves its scale while the others step: the ranks' parameters and loss scales
-    drift apart for good (observed on 2 ranks: loss scale 2097152 on rank 0, 262144 on rank 1
-    after 6 steps). `ShardedGradScaler` all-reduces the overflow check. fp16 with no scaler at all
+    drift apart for good (observed on 2 ranks: loss scale 2097152 on rank 0, 16384 on rank 1
+    after 10 steps). `ShardedGradScaler` all-reduces the overflow check. fp16 with no scaler at all
     lets small gradients underflow to zero.
 
     For FSDP2 (`fully_shard`) the gradients are DTensors and `torch.amp.GradScaler` is the right
