@@ -51,7 +51,15 @@ class AddImport:
     names: tuple[str, ...] = ()
 
 
-Operation = Replace | InsertBefore | InsertAfter | MoveAfter | AddImport
+@dataclass(frozen=True)
+class DropImportIfUnused:
+    """Remove the `from ... import` of this qualified name (under any alias) when the fixed file no
+    longer uses it."""
+
+    qualified: str
+
+
+Operation = Replace | InsertBefore | InsertAfter | MoveAfter | AddImport | DropImportIfUnused
 
 
 @dataclass
@@ -95,6 +103,7 @@ class _ApplyOperations(cst.CSTTransformer):
         self.moving: set[int] = set()
         self.moved: dict[int, cst.CSTNode] = {}
         self.imports: list[AddImport] = []
+        self.drops: list[DropImportIfUnused] = []
         for operation in operations:
             if isinstance(operation, Replace):
                 self.replace[id(operation.node)] = operation
@@ -105,12 +114,14 @@ class _ApplyOperations(cst.CSTTransformer):
             elif isinstance(operation, MoveAfter):
                 self.moving.add(id(operation.statement))
                 self.moves_after.setdefault(id(operation.anchor), []).append(id(operation.statement))
+            elif isinstance(operation, DropImportIfUnused):
+                self.drops.append(operation)
             else:
                 self.imports.append(operation)
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
         if isinstance(updated_node, cst.Module):
-            return self._add_imports(updated_node)
+            return self._add_imports(self._drop_unused_imports(updated_node))
         key = id(original_node)
         result = updated_node
         if key in self.replace:
@@ -131,10 +142,50 @@ class _ApplyOperations(cst.CSTTransformer):
         if not missing:
             return updated_node
         body = list(updated_node.body)
-        position = _import_insert_position(body)
-        new = parse_statements(self.file, "".join(
-            f"from {module} import {', '.join(names)}\n" if names else f"import {module}\n" for module, names in missing))
-        return updated_node.with_changes(body=body[:position] + new + body[position:])
+        separate = []
+        for module, names in missing:
+            # Into the file's own `from module import ...` when it has one, else a new line.
+            index = next((i for i in reversed(range(len(body))) if names and _imports_from(body[i], module)), None)
+            if index is None:
+                separate.append((module, names))
+                continue
+            statement = body[index]
+            existing = list(statement.body[0].names)
+            comma = existing[-1].comma
+            existing[-1] = existing[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            added = [cst.ImportAlias(cst.Name(name), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for name in names]
+            added[-1] = added[-1].with_changes(comma=comma)
+            body[index] = statement.with_changes(body=[statement.body[0].with_changes(names=existing + added)])
+        if separate:
+            position = _import_insert_position(body)
+            new = parse_statements(self.file, "".join(
+                f"from {module} import {', '.join(names)}\n" if names else f"import {module}\n" for module, names in separate))
+            body = body[:position] + new + body[position:]
+        return updated_node.with_changes(body=body)
+
+    def _drop_unused_imports(self, module: cst.Module) -> cst.Module:
+        """Top-level `from ... import` names the operations ask to drop, once nothing else uses them."""
+        wanted = {drop.qualified for drop in self.drops}
+        droppable = {local for local, qualified in self.file.imports.items() if qualified in wanted}
+        if not droppable:
+            return module
+        names = _UsedNames()
+        for statement in module.body:
+            if not (isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], (cst.Import, cst.ImportFrom))):
+                statement.visit(names)
+        unused = droppable - names.used
+        body = []
+        for statement in module.body:
+            first = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+            if isinstance(first, cst.ImportFrom) and not isinstance(first.names, cst.ImportStar):
+                kept = [alias for alias in first.names if _local_name(alias) not in unused]
+                if not kept:
+                    continue
+                if len(kept) < len(first.names):
+                    kept[-1] = kept[-1].with_changes(comma=first.names[-1].comma)
+                    statement = statement.with_changes(body=[first.with_changes(names=kept)])
+            body.append(statement)
+        return module.with_changes(body=body)
 
     def _missing_imports(self) -> list[tuple[str, list[str]]]:
         imported = set(self.file.imports.values())
@@ -146,6 +197,30 @@ class _ApplyOperations(cst.CSTTransformer):
                 if f"{operation.module}.{name}" not in imported and name not in missing.get(operation.module, []):
                     missing.setdefault(operation.module, []).append(name)
         return list(missing.items())
+
+
+class _UsedNames(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.used: set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.used.add(node.value)
+
+
+def _local_name(alias: cst.ImportAlias) -> str | None:
+    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+        return alias.asname.name.value
+    return alias.name.value if isinstance(alias.name, cst.Name) else None
+
+
+def _imports_from(statement: cst.CSTNode, module: str) -> bool:
+    """`from module import a, b` (absolute, no star, alone on its line) at the top level."""
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(statement.body[0], cst.ImportFrom)):
+        return False
+    node = statement.body[0]
+    return not node.relative and node.module is not None and not isinstance(node.names, cst.ImportStar) \
+        and cst.Module([]).code_for_node(node.module) == module
 
 
 def _import_insert_position(body: list[cst.CSTNode]) -> int:

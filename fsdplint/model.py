@@ -39,6 +39,7 @@ _CANONICAL_PREFIXES = (
     ("torch.distributed.tensor._api.", "torch.distributed.tensor."),
 )
 _BUILTINS = frozenset(dir(builtins))
+_CONSTANTS = frozenset({"None", "True", "False"})
 # Builtins that pass an iterable through: iterating `enumerate(model.layers)` iterates the layers.
 _ITERABLE_WRAPPERS = frozenset({"enumerate", "reversed", "list", "sorted", "tuple", "iter", "zip", "filter"})
 # Module methods whose result is the module itself (`model = model.to(device)` keeps its identity).
@@ -128,6 +129,7 @@ class Value:
     event: Event | None = None  # the event that produced the value
     elements: tuple[Value, ...] | None = None  # a tuple or list literal, element by element
     rank: Rank | None = None  # the value is (or formats) the process's rank
+    constant: str | None = None  # "None", "True" or "False": a literal passed for a parameter
 
 
 @dataclass
@@ -159,10 +161,65 @@ class Event:
     binding: Ref | None = None  # what the call's result was assigned to
     with_item: bool = False  # the call is the context manager of a `with`
     function: FunctionInfo | None = None  # the function whose body holds the node (None: module level)
+    # The statements around the call sites it was inlined through, outermost first: for each call,
+    # its compound statements and then its own statement.
+    outer: tuple[cst.CSTNode, ...] = ()
 
     @property
     def target(self) -> Ref | None:
         return self.targets[0] if self.targets else None
+
+    def branches(self) -> Iterator[tuple[cst.If, bool]]:
+        """Each `if` the event runs under, here or around a call that led to it, outermost first, and
+        whether the event is in its body (True) or its `else` (False)."""
+        path = self.outer + self.parents + (self.statement,)
+        for position, node in enumerate(path[:-1]):
+            if isinstance(node, cst.If):
+                inner = path[position + 1]
+                yield node, isinstance(node.body, cst.IndentedBlock) and any(s is inner for s in node.body.body)
+
+    def conditions(self) -> set[tuple[str, bool]]:
+        """What holds where the event runs, as (test source, truth): the tests of the `if`s around it
+        and the `assert`s before it in the blocks that hold it (`not` folded into the truth)."""
+        facts: set[tuple[str, bool]] = set()
+        path = self.outer + self.parents + (self.statement,)
+
+        def add(test: cst.CSTNode, truth: bool) -> None:
+            while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+                test, truth = test.expression, not truth
+            # `a and b` true: both true; `a or b` false: both false.
+            if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And if truth else cst.Or):
+                add(test.left, truth)
+                add(test.right, truth)
+            facts.add((self.file.code(test).strip(), truth))
+
+        for node, in_body in self.branches():
+            add(node.test, in_body)
+        for position, node in enumerate(path[:-1]):
+            inner = path[position + 1]
+            for suite in _suites(node):
+                statements = _body(suite)
+                if any(statement is inner for statement in statements):
+                    for statement in statements[:[id(s) for s in statements].index(id(inner))]:
+                        if isinstance(statement, cst.SimpleStatementLine):
+                            for small in statement.body:
+                                if isinstance(small, cst.Assert):
+                                    add(small.test, True)
+        return facts
+
+    def excludes(self, other: Event) -> bool:
+        """The two never run in one execution: one needs a test true that the other needs false
+        (`if args.fsdp: model = FSDP(model)` and `assert not args.fsdp; scaler = GradScaler()`)."""
+        mine = self.conditions()
+        return any((test, not truth) in mine for test, truth in other.conditions())
+
+    def rank_zero_guard(self) -> cst.If | None:
+        """The `if` that lets the event run on rank 0 only (`if rank == 0:`, `if dist.get_rank() != 0:
+        ... else:`, `if accelerator.is_main_process:`), here or around a call that led to it."""
+        for node, in_body in self.branches():
+            if _rank_zero_branch(node.test) == ("body" if in_body else "orelse"):
+                return node
+        return None
 
     def arg_refs(self) -> Iterator[Ref]:
         for value in itertools.chain(self.args, self.kwargs.values()):
@@ -362,21 +419,45 @@ class Flow:
         return self.of_kind(*kinds)
 
     def sharding_of(self, ref: Ref, before: int, fsdp: int | None = 2) -> Event | None:
-        """The shard event that manages `ref` (it or a module it lives in) before event `before`.
+        """The last shard event that manages `ref` (it or a module it lives in) before event `before`.
 
-        Falls back to what other methods of the same class shard on `self`.
+        With `fsdp=1` or `2`, only when every event that manages it is of that FSDP: a module that both
+        `fully_shard` and `FullyShardedDataParallel` reach (`if use_fsdp2: fully_shard(model) else:
+        model = FSDP(model)`) is of neither, since which one runs is not known. Falls back to what
+        other methods of the same class shard on `self`.
         """
-        for event in reversed(self.events[:before]):
-            if event.kind in ((SHARD, WRAP) if fsdp is None else ((SHARD,) if fsdp == 2 else (WRAP,))):
-                if any(ref.is_within(target) for target in event.targets):
-                    return event
-        if ref.root == "self" and self.function and self.function.class_name:
-            for event in self.program.class_shards.get((self.file.module_name, self.function.class_name), ()):
-                if (fsdp is None or (event.kind == SHARD) == (fsdp == 2)) and any(
-                    ref.is_within(target) for target in event.targets
-                ):
-                    return event
+        managing = [event for event in self.events[:before] if event.kind in (SHARD, WRAP)
+                    and any(ref.is_within(target) for target in event.targets)]
+        if not managing and ref.root == "self" and self.function and self.function.class_name:
+            managing = [event for event in self.program.class_shards.get((self.file.module_name, self.function.class_name), ())
+                        if any(ref.is_within(target) for target in event.targets)]
+        if fsdp is not None and {event.kind for event in managing} != {SHARD if fsdp == 2 else WRAP}:
+            return None
+        return managing[-1] if managing else None
+
+    def isinstance_known(self, event: Event, ref: Ref, classes: tuple[str, ...]) -> bool | None:
+        """Whether `ref` (or a module holding it) is an instance of one of `classes` (qualified names)
+        where `event` runs, as the `if isinstance(...)` tests around it say: True, False, or None."""
+        tests = {id(e.node): e for e in self.events if e.kind == CALL and e.qname == "isinstance" and len(e.args) == 2}
+        for node, in_body in event.branches():
+            test, holds = node.test, in_body
+            if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+                test, holds = test.expression, not holds
+            check = tests.get(id(test))
+            if check is None or check.args[0].ref is None or not ref.is_within(check.args[0].ref):
+                continue
+            kinds = check.node.args[1].value
+            names = [element.value for element in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+            if any(self.file.qualify(name) in classes or check.file.qualify(name) in classes for name in names):
+                return holds
         return None
+
+    def origin(self, value: Value, before: int) -> Event | None:
+        """The call that produced a value: its own event, or the last call before event `before` whose
+        result was bound to the name it is read from (`mp = MixedPrecision(...)` for `mp`)."""
+        if value.event is not None or value.ref is None:
+            return value.event
+        return next((event for event in reversed(self.events[:before]) if event.binding == value.ref), None)
 
     def escapes(self, ref: Ref, start: int = 0, end: int | None = None) -> bool:
         """`ref` was handed to a function this run cannot see, between events `start` and `end`
@@ -426,7 +507,10 @@ class Program:
 
     def resolve_function(self, file: FileModel, caller: FunctionInfo | None, call: cst.Call) -> FunctionInfo | None:
         """The function of this run a call reaches: nested, same class, same file, imported, or unique."""
-        func = call.func
+        return self.resolve_callable(file, caller, call.func)
+
+    def resolve_callable(self, file: FileModel, caller: FunctionInfo | None, func: cst.CSTNode) -> FunctionInfo | None:
+        """The function of this run a name or attribute refers to, as `resolve_function` finds it."""
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
             if caller and caller.class_name:
                 return file.functions.get(f"{caller.class_name}.{func.attr.value}")
@@ -457,7 +541,7 @@ class Program:
 class _Walker:
     """Walks one function body in textual order, appending events to the flow, inlining callees."""
 
-    def __init__(self, flow: Flow, file: FileModel, function: FunctionInfo | None, env: dict[str, Value], prefix: str, chain: tuple[str, ...], depth: int, stack: tuple[int, ...] = ()) -> None:
+    def __init__(self, flow: Flow, file: FileModel, function: FunctionInfo | None, env: dict[str, Value], prefix: str, chain: tuple[str, ...], depth: int, stack: tuple[int, ...] = (), outer: tuple[cst.CSTNode, ...] = ()) -> None:
         self.flow = flow
         self.file = file
         self.function = function
@@ -468,6 +552,7 @@ class _Walker:
         self.stack = stack + ((id(function.node),) if function else ())
         self.returned = Value()
         self.meta_depth = 0
+        self.outer = outer  # statements around the call sites that led here (Event.outer)
 
     # statements
 
@@ -486,8 +571,10 @@ class _Walker:
                 self.small_statement(small, node, parents)
         elif isinstance(node, cst.If):
             self.expr(node.test, node, parents)
-            self.walk_suite(node.body, inner)
-            if node.orelse is not None:
+            truth = self.static_truth(node.test)
+            if truth is not False:
+                self.walk_suite(node.body, inner)
+            if node.orelse is not None and truth is not True:
                 if isinstance(node.orelse, cst.If):
                     self.statement(node.orelse, parents)
                 else:
@@ -523,6 +610,34 @@ class _Walker:
             self.expr(node.subject, node, parents)
             for case in node.cases:
                 self.walk_suite(case.body, inner)
+
+    def static_truth(self, test: cst.CSTNode) -> bool | None:
+        """The value of an `if` test on a name known to hold a literal (a parameter the call passed
+        `scaler=None` for, or `scaler = None` assigned once): `if scaler is not None:` is dead."""
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            inner = self.static_truth(test.expression)
+            return None if inner is None else not inner
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+            comparison = test.comparisons[0]
+            if isinstance(comparison.comparator, cst.Name) and comparison.comparator.value == "None":
+                known = self.parameter_constant(test.left)
+                if known is not None and isinstance(comparison.operator, (cst.Is, cst.IsNot)):
+                    return (known == "None") == isinstance(comparison.operator, cst.Is)
+            return None
+        known = self.parameter_constant(test)
+        return None if known is None else known == "True"
+
+    def parameter_constant(self, node: cst.CSTNode) -> str | None:
+        """The literal a parameter was passed, or a name assigned once was given."""
+        if not isinstance(node, cst.Name):
+            return None
+        value = self.env.get(node.value)
+        return value.constant if value is not None else None
+
+    def assigned_once(self, name: str) -> bool:
+        """Whether the function (or module) body binds `name` in one statement only."""
+        body = _body(self.function.node.body) if self.function else list(self.file.module.body)
+        return sum(1 for bound in _bound_names(body) if bound == name) == 1
 
     def small_statement(self, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple[cst.CSTNode, ...]) -> None:
         if isinstance(node, cst.Expr):
@@ -568,15 +683,20 @@ class _Walker:
             if root:
                 self.flow.assigned_roots.add(root)
                 self.record_origin(root, value.event)
-            bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, elements=value.elements, rank=value.rank)
+            # A literal kept only for a name assigned once: another assignment, later in a loop, could
+            # change it before a test that comes earlier in the text.
+            constant = value.constant if root and value.constant and self.assigned_once(key) else None
+            bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, elements=value.elements, rank=value.rank,
+                          constant=constant)
         self.env[key] = bound
         if value.event is not None and value.event.binding is None:
             value.event.binding = bound.ref
+            if value.event.kind in (SHARD, WRAP) and not value.event.targets and bound.ref:
+                value.event.targets = (bound.ref,)  # `model = FSDP(Model(...))`: the wrapped module is the result
+                if value.event.args and not bound.ref.path:
+                    self.record_origin(bound.ref.root, value.event.args[0].event)
             if value.event.kind == OPTIMIZER and bound.ref:
                 self.flow.optimizer_bindings.add(bound.ref)
-            if value.event.kind in (SHARD, WRAP) and not value.event.targets and bound.ref:
-                # `model = FSDP(Model())`: the module wrapped is the one the name now holds.
-                value.event.targets = (bound.ref,)
         if statement is not None and bound.ref is not None and (self.meta_depth or value.event and value.event.kind == META):
             self.emit(META, target, statement, parents, targets=(bound.ref,))
 
@@ -618,6 +738,8 @@ class _Walker:
         return Value(ref=source.child("[]")) if source else Value()
 
     def expr(self, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple, with_item: bool = False) -> Value:
+        if isinstance(node, cst.Name) and node.value in _CONSTANTS:
+            return Value(constant=node.value)
         if isinstance(node, (cst.Name, cst.Attribute)):
             key = dotted_name(node)
             if key is not None and key in self.env:
@@ -788,19 +910,63 @@ class _Walker:
             if name in params:
                 env[name] = value
         for name in params:
+            if name not in env and _literal_default(callee.node, name):
+                env[name] = Value(constant=_literal_default(callee.node, name))
             if name not in env or env[name].ref is None:
                 given = env.get(name, Value())
-                env[name] = Value(ref=Ref(prefix + name), params_of=given.params_of, rank=given.rank)
+                env[name] = Value(ref=Ref(prefix + name), params_of=given.params_of, rank=given.rank, constant=given.constant)
                 self.flow.assigned_roots.add(prefix + name)
                 self.record_origin(prefix + name, given.event)
-        walker = _Walker(self.flow, callee.file, callee, env, prefix, self.chain + (callee.name,), self.depth + 1, self.stack)
+        walker = _Walker(self.flow, callee.file, callee, env, prefix, self.chain + (callee.name,), self.depth + 1, self.stack,
+                         self.outer + parents + (statement,))
         walker.walk_suite(callee.node.body, ())
         return walker.returned
 
     def emit(self, kind: str, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple, **fields) -> Event:
-        event = Event(kind, node, self.file, statement, parents, self.chain, function=self.function, **fields)
+        event = Event(kind, node, self.file, statement, parents, self.chain, function=self.function, outer=self.outer, **fields)
         self.flow.events.append(event)
         return event
+
+
+def _bound_names(statements) -> Iterator[str]:
+    """Every name the statements bind (assignments, loop targets, `with ... as`), nested blocks
+    included, nested functions and classes not."""
+    def targets(node: cst.CSTNode) -> Iterator[str]:
+        if isinstance(node, cst.Name):
+            yield node.value
+        elif isinstance(node, (cst.Tuple, cst.List)):
+            for element in node.elements:
+                yield from targets(element.value)
+        elif isinstance(node, cst.StarredElement):
+            yield from targets(node.value)
+
+    for statement in statements:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign):
+                    for target in small.targets:
+                        yield from targets(target.target)
+                elif isinstance(small, (cst.AnnAssign, cst.AugAssign)):
+                    yield from targets(small.target)
+        elif isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        else:
+            if isinstance(statement, cst.For):
+                yield from targets(statement.target)
+            if isinstance(statement, cst.With):
+                for item in statement.items:
+                    if item.asname:
+                        yield from targets(item.asname.name)
+            for suite in _suites(statement):
+                yield from _bound_names(_body(suite))
+
+
+def _literal_default(function: cst.FunctionDef, name: str) -> str | None:
+    """"None", "True" or "False" when the parameter's default is that literal."""
+    for param in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params):
+        if param.name.value == name and isinstance(param.default, cst.Name) and param.default.value in _CONSTANTS:
+            return param.default.value
+    return None
 
 
 def _common_ref(refs: list[Ref | None]) -> Ref | None:
@@ -822,6 +988,53 @@ def _rank_variable(node: cst.CSTNode) -> Rank | None:
     """The rank an environment variable named by `node` holds (`"LOCAL_RANK"`), if it is one."""
     if isinstance(node, cst.SimpleString) and node.evaluated_value in _RANK_VARIABLES:
         return Rank(_RANK_VARIABLES[node.evaluated_value], variable=node.evaluated_value)
+    return None
+
+
+# Flags that are true on the main process only (`accelerator.is_main_process`, `trainer.is_global_zero`).
+_MAIN_PROCESS_FLAGS = frozenset({"is_main_process", "is_master", "master_process", "is_master_process", "is_rank_zero",
+                                 "is_rank0", "rank0", "is_global_zero", "is_local_main_process", "is_main"})
+
+
+def _is_rank(node: cst.CSTNode) -> bool:
+    """`rank`, `self.local_rank`, `dist.get_rank()`, `int(os.environ["RANK"])`: an expression naming a rank."""
+    if isinstance(node, cst.Call):
+        if isinstance(node.func, cst.Name) and node.func.value == "int" and node.args:
+            return _is_rank(node.args[0].value)
+        node = node.func
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+        key = node.slice[0].slice.value
+        return isinstance(key, cst.SimpleString) and "RANK" in key.evaluated_value.upper()
+    name = dotted_name(node)
+    return bool(name) and "rank" in name.rsplit(".", 1)[-1].lower()
+
+
+def _rank_zero_branch(test: cst.CSTNode) -> str | None:
+    """Which branch of an `if` with this test runs on rank 0 only: "body", "orelse" or None."""
+    if isinstance(test, cst.BooleanOperation):
+        # `rank == 0 and x`: the body still needs rank 0; `or` lets other ranks in.
+        if isinstance(test.operator, cst.And) and "body" in (_rank_zero_branch(test.left), _rank_zero_branch(test.right)):
+            return "body"
+        return None
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _rank_zero_branch(test.expression)
+        return {"body": "orelse", "orelse": "body"}.get(inner or "")
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        operator, right = test.comparisons[0].operator, test.comparisons[0].comparator
+        zero_on_right = isinstance(right, cst.Integer) and right.value == "0" and _is_rank(test.left)
+        zero_on_left = isinstance(test.left, cst.Integer) and test.left.value == "0" and _is_rank(right)
+        if zero_on_right or zero_on_left:
+            if isinstance(operator, (cst.Equal, cst.Is)):
+                return "body"
+            if isinstance(operator, (cst.NotEqual, cst.IsNot)) or zero_on_right and isinstance(operator, cst.GreaterThan):
+                return "orelse"
+        return None
+    target = test.func if isinstance(test, cst.Call) else test
+    name = dotted_name(target)
+    if name and name.rsplit(".", 1)[-1] in _MAIN_PROCESS_FLAGS:
+        return "body"
+    if isinstance(test, (cst.Name, cst.Attribute)) and _is_rank(test):
+        return "orelse"  # `if rank:` is every rank but 0
     return None
 
 

@@ -12,6 +12,10 @@ if TYPE_CHECKING:
     from fsdplint.model import Event, FileModel, Flow, Ref, Value
 
 
+# torch.nn classes that hold blocks, unlike single layers such as torch.nn.Linear.
+_TORCH_CONTAINERS = {"Sequential", "ModuleList", "ModuleDict", "Transformer", "TransformerEncoder", "TransformerDecoder"}
+
+
 def where(event: Event) -> str:
     """`train.py:12`, the place of an event, for messages that point at a second place."""
     return f"{event.file.display}:{event.file.position(event.node).start.line}"
@@ -193,3 +197,14 @@ def no_sync_fix(event: Event) -> Fix | None:
 
     return Fix("Replace `no_sync()` with `set_requires_gradient_sync(False)`/`(True)` around the body", safe=True,
                operations=[Replace(statement, rewrite)])
+
+
+def is_leaf_or_part(flow: Flow, root: Ref, shards: list[Event]) -> bool:
+    """Whether a module sharded (or wrapped) whole is fine as one unit: a single layer
+    (`torch.nn.Linear`) has no blocks, and a module taken from another sharded model
+    (`module = get_module(model, path)`) is one of that model's units."""
+    built_by = flow.constructed.get(root.root, "")
+    if built_by.startswith("torch.nn.") and built_by.rsplit(".", 1)[-1] not in _TORCH_CONTAINERS:
+        return True
+    sources = flow.derived_from.get(root.root, set()) - {root.root}
+    return any(t.root in sources for event in shards for t in event.targets)

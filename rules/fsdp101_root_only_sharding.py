@@ -4,9 +4,6 @@ from typing import Iterable
 
 from fsdplint.rule import Finding, FixAvailability, Rule, Severity
 
-# torch.nn classes that hold blocks, unlike single layers such as torch.nn.Linear.
-_CONTAINERS = {"Sequential", "ModuleList", "ModuleDict", "Transformer", "TransformerEncoder", "TransformerDecoder"}
-
 
 class RootOnlySharding(Rule):
     """
@@ -51,7 +48,7 @@ class RootOnlySharding(Rule):
     fix_availability = FixAvailability.NONE
 
     def check(self, program) -> Iterable[Finding]:
-        from fsdplint.rulekit import code, via
+        from fsdplint.rulekit import code, is_leaf_or_part, via
 
         for flow in program.flows:
             if not flow.is_entry:
@@ -65,20 +62,10 @@ class RootOnlySharding(Rule):
                     continue
                 if any(t.root == root.root and t.is_submodule for other in shards for t in other.targets):
                     continue
-                if flow.escapes(root, 0, event.index) or self._is_part_or_leaf(flow, root, shards):
+                if flow.escapes(root, 0, event.index) or is_leaf_or_part(flow, root, shards):
                     continue
                 name = code(event, event.node.args[0].value)
                 yield Finding(event.file, event.node,
                               f"`{name}` is sharded as a single unit with no sub-module sharded first{via(event)}: "
                               f"all its parameters are gathered at once; shard its blocks first "
                               f"(`for block in {name}.layers: fully_shard(block)`)")
-
-    @staticmethod
-    def _is_part_or_leaf(flow, root, shards) -> bool:
-        """A single layer (`torch.nn.Linear`) has no blocks; a module taken from another sharded
-        model (`module = get_module(model, path)`) is one of that model's units."""
-        built_by = flow.constructed.get(root.root, "")
-        if built_by.startswith("torch.nn.") and built_by.rsplit(".", 1)[-1] not in _CONTAINERS:
-            return True
-        sources = flow.derived_from.get(root.root, set()) - {root.root}
-        return any(t.root in sources for event in shards for t in event.targets)

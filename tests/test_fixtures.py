@@ -35,8 +35,9 @@ def rule_of(folder: Path):
 
 
 def selection(rule) -> list[str]:
-    """Every default rule, and the fixture's own rule when it is opt-in."""
-    return ["ALL", rule.code] if rule.opt_in else ["ALL"]
+    """Every default rule; an opt-in rule alone, since its fixtures are scripts to migrate, not bugs
+    (an FSDP1 script with no wrap policy also gets FSDP401)."""
+    return [rule.code] if rule.opt_in else ["ALL"]
 
 
 def expected_findings(text: str) -> list[tuple[int, str]]:

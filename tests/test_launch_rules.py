@@ -250,4 +250,4 @@ def test_device_context_as_statement(statement, expected):
     result = fixed(source, "FSDP305")
     assert expected in result.splitlines()
     if statement.startswith("device_index"):
-        assert "from torch.accelerator import set_device_index" in result
+        assert "from torch.accelerator import device_index, set_device_index" in result.splitlines()

@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from fsdplint.rule import Finding, FixAvailability, Rule, Severity
+
+# `FullyShardedDataParallel(module, process_group, sharding_strategy, cpu_offload, auto_wrap_policy, ...)`
+_POLICY_POSITION = 4
+
+
+class Fsdp1WithoutAutoWrap(Rule):
+    """
+    ## What it does
+    Finds `FullyShardedDataParallel(model)` (FSDP1) with no `auto_wrap_policy`, or with a policy
+    that ignores its `recurse` argument, on a model none of whose sub-modules was wrapped first.
+
+    ## Why is this bad?
+    FSDP1 wraps exactly what the policy tells it to. With no policy the whole model becomes one
+    flat parameter: every parameter is all-gathered at once before the forward, nothing overlaps
+    with compute, and the peak memory is that of the unsharded model, which is what FSDP was meant
+    to avoid. A policy is called with `recurse=True` to ask whether to descend into a module's
+    children; a function such as `lambda module, recurse, nonwrapped_numel: isinstance(module,
+    Block)` answers no for the root, so FSDP never reaches the blocks and the effect is the same.
+
+    Not reported: a single layer (`torch.nn.Linear`), a model whose blocks were wrapped one by one
+    before the root, and calls whose keyword arguments come from `**kwargs`.
+
+    ## Example
+    ```python
+    model = FSDP(model, device_id=local_rank)
+    ```
+
+    ## Use instead
+    ```python
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    model = FSDP(model, device_id=local_rank, auto_wrap_policy=ModuleWrapPolicy({Block}))
+    ```
+
+    ## Fix safety
+    No fix: which module class is a unit is a choice about the model.
+
+    ## References
+    - [FullyShardedDataParallel: auto_wrap_policy](https://pytorch.org/docs/stable/fsdp.html)
+    - [FSDP1 tutorial: auto wrap policy](https://pytorch.org/tutorials/intermediate/FSDP_advanced_tutorial.html)
+    """
+
+    code = "FSDP401"
+    name = "fsdp1-without-auto-wrap"
+    summary = "FSDP1 wrap with no `auto_wrap_policy` (or one that ignores `recurse`): one flat unit"
+    severity = Severity.WARNING
+    fix_availability = FixAvailability.NONE
+    trigger_tokens = ("FullyShardedDataParallel",)
+
+    def check(self, program) -> Iterable[Finding]:
+        from fsdplint.rulekit import code, is_leaf_or_part, via
+
+        for flow in program.flows:
+            if not flow.is_entry:
+                continue  # its callers' flows see what was wrapped before it
+            wraps = list(flow.shard_events(fsdp=1))
+            for event in wraps:
+                args = event.node.args
+                positional = [arg for arg in args if arg.keyword is None and not arg.star]
+                if not positional or any(arg.star == "**" for arg in args) or len(positional) > _POLICY_POSITION:
+                    continue
+                problem = self._policy_problem(program, flow, event)
+                if problem is None or event.target is None:
+                    continue
+                root = event.target
+                if any(t != root and (t.is_within(root) or root.is_within(t)) for other in wraps for t in other.targets):
+                    continue  # blocks wrapped one by one, and the model around them
+                if is_leaf_or_part(flow, root, wraps):
+                    continue
+                name = code(event, positional[0].value)
+                yield Finding(event.file, event.node,
+                              f"`{name}` is wrapped in `FullyShardedDataParallel` {problem}{via(event)}: the whole model is one "
+                              f"flat unit, all-gathered at once; pass `auto_wrap_policy=ModuleWrapPolicy({{Block}})` "
+                              f"with the model's block class")
+
+    def _policy_problem(self, program, flow, event) -> str | None:
+        """Why the call wraps one unit: "with no `auto_wrap_policy`", "…whose `recurse` is ignored", else None."""
+        import libcst as cst
+
+        policy = next((arg.value for arg in event.node.args if arg.keyword is not None and arg.keyword.value == "auto_wrap_policy"), None)
+        if policy is None or event.kwargs["auto_wrap_policy"].constant == "None":
+            return "with no `auto_wrap_policy`"
+        if isinstance(policy, cst.Call) and (event.file.qualify(policy.func) == "functools.partial") and policy.args:
+            policy = policy.args[0].value
+        if isinstance(policy, cst.Lambda):
+            params = [param.name.value for param in policy.params.params]
+            body = event.file.code(policy.body)
+        else:
+            function = program.resolve_callable(event.file, event.function, policy)
+            if function is None:
+                return None
+            params = function.params
+            body = function.file.code(function.node.body)
+        if "recurse" in params and not re.search(r"\brecurse\b", body):
+            return f"with an `auto_wrap_policy` that ignores `recurse` (`{event.file.code(policy).strip()}`)"
+        return None

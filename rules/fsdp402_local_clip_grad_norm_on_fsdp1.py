@@ -1,0 +1,119 @@
+from __future__ import annotations
+
+from typing import Iterable
+
+from fsdplint.rule import Finding, FixAvailability, Rule, Severity
+
+_TORCH_CLIP = ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_norm_")
+# The arguments `FullyShardedDataParallel.clip_grad_norm_(max_norm, norm_type=2.0)` takes.
+_KEPT_ARGUMENTS = ("max_norm", "norm_type")
+
+
+class LocalClipGradNormOnFsdp1(Rule):
+    """
+    ## What it does
+    Finds `torch.nn.utils.clip_grad_norm_(model.parameters(), ...)` on a model wrapped in FSDP1's
+    `FullyShardedDataParallel`.
+
+    ## Why is this bad?
+    Under FSDP1 each rank holds only its shard of every gradient. `torch.nn.utils.clip_grad_norm_`
+    computes the norm of the gradients it is given, so each rank clips by the norm of its own
+    shard: the ranks clip by different factors, none of them the true one, and the returned norm
+    (often logged) is wrong too (observed: 0.2387 on rank 0, 0.7709 on rank 1, where the norm of
+    the whole gradient is 0.8070). `FullyShardedDataParallel.clip_grad_norm_` reduces the norm
+    across ranks first.
+
+    For FSDP2 (`fully_shard`) it is the other way round: the gradients are DTensors,
+    `torch.nn.utils.clip_grad_norm_` is the right call, and the module has no `clip_grad_norm_`
+    method (see FSDP105). A module with `sharding_strategy=ShardingStrategy.NO_SHARD` holds whole
+    gradients and is not reported.
+
+    ## Example
+    ```python
+    model = FSDP(model, auto_wrap_policy=policy)
+    ...
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    ```
+
+    ## Use instead
+    ```python
+    model.clip_grad_norm_(1.0)
+    ```
+
+    ## Fix safety
+    Safe: the method takes the same `max_norm` and `norm_type` and returns the total norm as
+    well, computed over all shards. The fix is offered when the parameters are
+    `model.parameters()` of the wrapped root module and the call runs on every rank (the method is
+    a collective); other arguments (`foreach`, `error_if_nonfinite`) have no counterpart, so such
+    calls get no fix.
+
+    ## References
+    - [FullyShardedDataParallel.clip_grad_norm_](https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.FullyShardedDataParallel.clip_grad_norm_)
+    - [torch.nn.utils.clip_grad_norm_](https://pytorch.org/docs/stable/generated/torch.nn.utils.clip_grad_norm_.html)
+    """
+
+    code = "FSDP402"
+    name = "local-clip-grad-norm-on-fsdp1"
+    summary = "`torch.nn.utils.clip_grad_norm_` on an FSDP1 model clips each rank by its local norm"
+    severity = Severity.ERROR
+    fix_availability = FixAvailability.SAFE
+    trigger_tokens = ("FullyShardedDataParallel", "clip_grad_norm_")
+
+    def check(self, program) -> Iterable[Finding]:
+        from fsdplint.model import CALL, FSDP1_WRAPPER
+        from fsdplint.rulekit import code, via, where
+
+        for flow in program.flows:
+            for event in flow.of_kind(CALL):
+                if event.qname not in _TORCH_CLIP or not event.args:
+                    continue
+                wrapped = [(module, wrap) for module in sorted(event.args[0].params_of, key=str)
+                           if (wrap := flow.sharding_of(module, event.index, fsdp=1)) is not None and not _keeps_whole_gradients(wrap)
+                           and not wrap.excludes(event) and flow.isinstance_known(event, module, (FSDP1_WRAPPER,)) is not False]
+                if not wrapped:
+                    continue
+                module, wrap = wrapped[0]
+                parameters = event.node.args[0].value
+                root = _parameters_of(parameters) if module in wrap.targets else None
+                advice = f"`{code(event, root)}.clip_grad_norm_(max_norm)`" if root is not None else \
+                    "`clip_grad_norm_(max_norm)` on the root `FullyShardedDataParallel` module"
+                yield Finding(event.file, event.node,
+                              f"`torch.nn.utils.clip_grad_norm_` on `{code(event, parameters)}`, of a module wrapped in "
+                              f"`FullyShardedDataParallel` (at {where(wrap)}){via(event)}: each rank clips by the norm of its "
+                              f"own gradient shard; call {advice}, which reduces the norm over all ranks", self._fix(event, root))
+
+    @staticmethod
+    def _fix(event, root):
+        """`torch.nn.utils.clip_grad_norm_(model.parameters(), *rest)` -> `model.clip_grad_norm_(*rest)`."""
+        import libcst as cst
+
+        from fsdplint.fixes import Fix, Replace
+        from fsdplint.rulekit import code
+
+        # The method is a collective of the root wrapper: only for `root.parameters()`, on every rank.
+        if root is None or event.rank_zero_guard() is not None:
+            return None
+        rest = event.node.args[1:]
+        if len(rest) > len(_KEPT_ARGUMENTS) or any(arg.star or arg.keyword is not None and arg.keyword.value not in _KEPT_ARGUMENTS for arg in rest):
+            return None
+
+        def rewrite(call: cst.Call) -> cst.Call:
+            return call.with_changes(func=cst.Attribute(call.args[0].value.func.value, cst.Name("clip_grad_norm_")), args=call.args[1:])
+
+        return Fix(f"Call `{code(event, root)}.clip_grad_norm_(...)`, which reduces the norm over all ranks", safe=True,
+                   operations=[Replace(event.node, rewrite)])
+
+
+def _parameters_of(node):
+    """`model` for `model.parameters()`, else None."""
+    import libcst as cst
+
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "parameters" and not node.args:
+        return node.func.value
+    return None
+
+
+def _keeps_whole_gradients(wrap) -> bool:
+    """FSDP1 with `sharding_strategy=ShardingStrategy.NO_SHARD` keeps whole gradients on every rank."""
+    strategy = next((arg.value for arg in wrap.node.args if arg.keyword is not None and arg.keyword.value == "sharding_strategy"), None)
+    return strategy is not None and (wrap.file.qualify(strategy) or "").endswith("ShardingStrategy.NO_SHARD")

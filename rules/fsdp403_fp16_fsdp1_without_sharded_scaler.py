@@ -1,0 +1,133 @@
+from __future__ import annotations
+
+from typing import Iterable
+
+from fsdplint.rule import Finding, FixAvailability, Rule, Severity
+
+_GRAD_SCALERS = ("torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.amp.grad_scaler.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler")
+_SHARDED_SCALER_MODULE = "torch.distributed.fsdp.sharded_grad_scaler"
+_FP16 = ("torch.float16", "torch.half")
+# Arguments GradScaler and ShardedGradScaler share by name; by position they differ (ShardedGradScaler
+# has backoff_factor before growth_factor).
+_SHARED_KEYWORDS = ("device", "init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled")
+
+
+class Fp16Fsdp1WithoutShardedScaler(Rule):
+    """
+    ## What it does
+    Finds fp16 training of an FSDP1 (`FullyShardedDataParallel`) model without
+    `ShardedGradScaler`: a `torch.amp.GradScaler` / `torch.cuda.amp.GradScaler` stepping an
+    optimizer over an FSDP1 model, or an fp16 `MixedPrecision` in a program that wraps with
+    `FullyShardedDataParallel` and scales no loss at all (the whole run is judged: the policy is
+    often a constant of a policies module that a function picks at run time).
+
+    ## Why is this bad?
+    Under FSDP1 each rank holds a shard of every gradient. `GradScaler` looks for inf/NaN in the
+    gradients this rank holds only, so when an overflow lands in one rank's shard, that rank skips
+    the step and halves its scale while the others step: the ranks' parameters and loss scales
+    drift apart for good (observed on 2 ranks: loss scale 2097152 on rank 0, 16384 on rank 1
+    after 10 steps). `ShardedGradScaler` all-reduces the overflow check. fp16 with no scaler at all
+    lets small gradients underflow to zero.
+
+    For FSDP2 (`fully_shard`) the gradients are DTensors and `torch.amp.GradScaler` is the right
+    scaler: it is not reported there.
+
+    ## Example
+    ```python
+    model = FSDP(model, mixed_precision=MixedPrecision(param_dtype=torch.float16))
+    scaler = torch.amp.GradScaler("cuda")
+    ```
+
+    ## Use instead
+    ```python
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    model = FSDP(model, mixed_precision=MixedPrecision(param_dtype=torch.float16))
+    scaler = ShardedGradScaler("cuda")
+    ```
+
+    ## Fix safety
+    Replacing the `GradScaler` with `ShardedGradScaler` is safe: it has the same methods and
+    state dict and only adds the cross-rank overflow check. It is offered when the arguments are
+    passed by name (or only the device by position), since the two constructors order
+    `growth_factor` and `backoff_factor` differently. fp16 with no scaler has no fix: the training
+    loop has to scale the loss.
+
+    ## References
+    - [ShardedGradScaler](https://github.com/pytorch/pytorch/blob/main/torch/distributed/fsdp/sharded_grad_scaler.py)
+    - [FSDP1 mixed precision](https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.MixedPrecision)
+    """
+
+    code = "FSDP403"
+    name = "fp16-fsdp1-without-sharded-scaler"
+    summary = "fp16 under FSDP1 without `ShardedGradScaler`"
+    severity = Severity.ERROR
+    fix_availability = FixAvailability.SAFE
+    trigger_tokens = ("FullyShardedDataParallel", "GradScaler")
+
+    def check(self, program) -> Iterable[Finding]:
+        for flow in program.flows:
+            yield from self._plain_scalers(flow)
+        yield from self._fp16_without_scaler(program)
+
+    def _plain_scalers(self, flow) -> Iterable[Finding]:
+        from fsdplint.model import CALL, METHOD, Value
+        from fsdplint.rulekit import via, where
+
+        for scaler in flow.of_kind(CALL):
+            if scaler.qname not in _GRAD_SCALERS or scaler.binding is None:
+                continue
+            wrap = None
+            for step in flow.of_kind(METHOD):
+                if step.target != scaler.binding or step.method not in ("step", "unscale_") or not step.args:
+                    continue
+                optimizer = flow.origin(Value(ref=step.args[0].ref), step.index) if step.args[0].ref else None
+                for module in sorted(optimizer.params_of if optimizer else (), key=str):
+                    found = flow.sharding_of(module, step.index, fsdp=1)
+                    wrap = wrap or (found if found is not None and not found.excludes(scaler) else None)
+            if wrap is None:
+                continue
+            yield Finding(scaler.file, scaler.node,
+                          f"`{scaler.qname}` steps an optimizer over a model wrapped in `FullyShardedDataParallel` "
+                          f"(at {where(wrap)}){via(scaler)}: it checks only this rank's gradient shards for overflow, so ranks "
+                          f"skip different steps and drift apart; use `ShardedGradScaler` from `{_SHARDED_SCALER_MODULE}`",
+                          self._fix(scaler))
+
+    @staticmethod
+    def _fix(scaler):
+        import libcst as cst
+
+        from fsdplint.fixes import AddImport, DropImportIfUnused, Fix, Replace
+
+        args = scaler.node.args
+        device_first = scaler.qname.startswith("torch.amp.") and args and args[0].keyword is None and not args[0].star
+        rest = args[1:] if device_first else args
+        if any(arg.keyword is None or arg.keyword.value not in _SHARED_KEYWORDS for arg in rest):
+            return None
+        return Fix("Use `ShardedGradScaler`, which checks every rank's gradients for overflow", safe=True,
+                   operations=[Replace(scaler.node, lambda call: call.with_changes(func=cst.Name("ShardedGradScaler"))),
+                               AddImport(_SHARDED_SCALER_MODULE, ("ShardedGradScaler",)), DropImportIfUnused(scaler.qname)])
+
+    @staticmethod
+    def _fp16_without_scaler(program) -> Iterable[Finding]:
+        """An fp16 `MixedPrecision` in a program that wraps with FSDP1 and scales no loss at all. The
+        policy is often a module constant of a policies file (`fpSixteen = MixedPrecision(...)`),
+        picked by a function at run time, so the program as a whole is what is judged."""
+        from fsdplint.model import CALL
+        from fsdplint.rulekit import where
+
+        calls = [event for flow in program.flows for event in flow.of_kind(CALL)]
+        wraps = [event for flow in program.flows for event in flow.shard_events(fsdp=1)]
+        scales = any(name.endswith("ShardedGradScaler") for file in program.files for name in file.imports.values()) \
+            or any(event.qname in _GRAD_SCALERS for event in calls)
+        if scales or not wraps:
+            return
+        for policy in calls:
+            if policy.qname != "torch.distributed.fsdp.MixedPrecision":
+                continue
+            dtypes = [arg.value for arg in policy.node.args if arg.keyword is not None and arg.keyword.value in ("param_dtype", "reduce_dtype")]
+            if any(policy.file.qualify(dtype) in _FP16 for dtype in dtypes):
+                yield Finding(policy.file, policy.node,
+                              f"fp16 `MixedPrecision` in a program that wraps with `FullyShardedDataParallel` (at {where(wraps[0])}) "
+                              f"and scales no loss: fp16 gradients underflow to zero without loss scaling; use `ShardedGradScaler` "
+                              f"from `{_SHARDED_SCALER_MODULE}` (or train in bfloat16)")

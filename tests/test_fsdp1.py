@@ -1,0 +1,314 @@
+"""FSDP1 against FSDP2: the model tells which of the two manages a module, and each rule judges it by
+its own contract (the clip, scaler and no_sync answers are opposite); the FSDP4xx and FSDP502 cases
+the fixtures cannot hold (no fix, or CPU-only runs)."""
+
+from __future__ import annotations
+
+import textwrap
+
+from fsdplint.api import check_source, fix_source
+
+HEADER = """\
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp import CPUOffload, MixedPrecision, ShardingStrategy, fully_shard
+from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+"""
+LINES = HEADER.count("\n")
+
+
+def program(*parts: str) -> str:
+    """The parts, each dedented, one after the other, first line numbered 1."""
+    return "".join(textwrap.dedent(part).lstrip("\n") for part in parts)
+
+
+def codes(*parts: str, select: list[str]) -> list[tuple[int, str]]:
+    """Findings as (line within the parts, code)."""
+    return [(d.line - LINES, d.code) for d in check_source(HEADER + program(*parts), "train.py", select=select)]
+
+
+def fixed(*parts: str, select: list[str], unsafe: bool = False) -> str:
+    return fix_source(HEADER + program(*parts), "train.py", select=select, unsafe_fixes=unsafe)[len(HEADER):]
+
+
+FSDP1_MODEL = """
+model = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({Block}))
+"""
+FSDP2_MODEL = """
+model = Net()
+for block in model.layers:
+    fully_shard(block)
+fully_shard(model)
+"""
+CLIP_BOTH_WAYS = """
+torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+model.clip_grad_norm_(1.0)
+"""
+
+
+def test_clipping_is_judged_by_the_wrapper_that_manages_the_model():
+    # FSDP1: the torch.nn.utils form is wrong (FSDP402), the method right.
+    assert codes(FSDP1_MODEL, CLIP_BOTH_WAYS, select=["FSDP402", "FSDP105"]) == [(2, "FSDP402")]
+    # FSDP2: the method does not exist (FSDP105), the torch.nn.utils form is right.
+    assert codes(FSDP2_MODEL, CLIP_BOTH_WAYS, select=["FSDP402", "FSDP105"]) == [(6, "FSDP105")]
+
+
+def test_no_sync_is_fsdp1_api_only_on_an_fsdp2_module():
+    body = """
+    with model.no_sync():
+        model(x).sum().backward()
+    """
+    assert codes(FSDP1_MODEL, body, select=["FSDP105"]) == []
+    assert codes(FSDP2_MODEL, body, select=["FSDP105"]) == [(5, "FSDP105")]
+
+
+def test_a_module_either_wrapper_may_manage_is_judged_by_neither():
+    # Which branch runs is not known, so neither contract applies.
+    assert codes("""
+    def build(use_fsdp2):
+        model = Net()
+        if use_fsdp2:
+            fully_shard(model)
+        else:
+            model = FSDP(model)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        model.clip_grad_norm_(1.0)
+    """, select=["FSDP402", "FSDP105"]) == []
+
+
+def test_clip_in_a_branch_that_excludes_fsdp1_is_silent():
+    assert codes("""
+    def step(model, args):
+        if isinstance(model, FSDP):
+            model.clip_grad_norm_(1.0)
+        else:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if args.fsdp:
+            model.clip_grad_norm_(1.0)
+        else:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+
+    def main(args):
+        model = Net()
+        if args.fsdp:
+            model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))
+        step(model, args)
+        if not args.fsdp:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    """, select=["FSDP402"]) == []
+
+
+def test_a_branch_made_dead_by_a_literal_argument_is_not_followed():
+    body = """
+    def step(model, scaler=None):
+        if scaler is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+
+    model = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({Block}))
+    step(model)
+    step(model, scaler=None)
+    """
+    assert codes(body, select=["FSDP402"]) == []
+    # The same helper reached with a real scaler is followed.
+    assert codes(body, "step(model, scaler=make_scaler())\n", select=["FSDP402"]) == [(3, "FSDP402")]
+
+
+def test_clip_fix_keeps_norm_type_and_is_offered_only_where_it_is_the_same_call():
+    body = FSDP1_MODEL + textwrap.dedent("""
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, norm_type=2.0)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+    torch.nn.utils.clip_grad_norm_(model.module.layers[0].parameters(), 1.0)
+    if dist.get_rank() == 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    """)
+    assert codes(body, select=["FSDP402"]) == [(3, "FSDP402"), (4, "FSDP402"), (5, "FSDP402"), (7, "FSDP402")]
+    result = fixed(body, select=["FSDP402"])
+    assert "norm = model.clip_grad_norm_(1.0, norm_type=2.0)" in result
+    assert result.count("torch.nn.utils.clip_grad_norm_") == 3  # foreach, a sub-module, rank 0 only
+
+
+def test_no_shard_keeps_whole_gradients():
+    assert codes("""
+    model = FSDP(Net(), sharding_strategy=ShardingStrategy.NO_SHARD)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    """, select=["FSDP402"]) == []
+
+
+def test_fp16_mixed_precision_with_no_scaler_at_all():
+    body = """
+    fp16 = MixedPrecision(param_dtype=torch.float16)
+    model = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({Block}), mixed_precision=fp16)
+    bf16 = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({Block}), mixed_precision=MixedPrecision(param_dtype=torch.bfloat16))
+    """
+    assert codes(body, select=["FSDP403"]) == [(1, "FSDP403")]
+    assert codes("from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n", body, select=["FSDP403"]) == []
+
+
+def test_grad_scaler_fix_only_when_arguments_map_by_name():
+    body = FSDP1_MODEL + textwrap.dedent("""
+    optimizer = torch.optim.AdamW(model.parameters())
+    a = torch.cuda.amp.GradScaler(init_scale=1024, growth_interval=100)
+    b = torch.cuda.amp.GradScaler(1024, 2.0, 0.5)
+    a.step(optimizer)
+    b.step(optimizer)
+    """)
+    assert codes(body, select=["FSDP403"]) == [(4, "FSDP403"), (5, "FSDP403")]
+    result = fixed(body, select=["FSDP403"])
+    assert "a = ShardedGradScaler(init_scale=1024, growth_interval=100)" in result
+    assert "b = torch.cuda.amp.GradScaler(1024, 2.0, 0.5)" in result  # positions differ: growth and backoff swap
+
+
+def test_grad_scaler_is_right_for_fsdp2_and_for_a_branch_without_fsdp():
+    assert codes(FSDP2_MODEL, """
+    optimizer = torch.optim.AdamW(model.parameters())
+    scaler = torch.amp.GradScaler("cuda")
+    scaler.step(optimizer)
+    """, select=["FSDP403"]) == []
+    assert codes("""
+    def main(args):
+        model = Net()
+        if args.fsdp:
+            model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))
+        optimizer = torch.optim.AdamW(model.parameters())
+        if args.amp:
+            assert not args.fsdp, "amp is for DDP only"
+            scaler = torch.cuda.amp.GradScaler()
+            scaler.step(optimizer)
+    """, select=["FSDP403"]) == []
+
+
+def test_rank_zero_guards_in_their_forms():
+    for guard in ("dist.get_rank() == 0", "rank == 0", "0 == self.global_rank", "accelerator.is_main_process",
+                  "int(os.environ['RANK']) == 0", "args.local_rank == 0 and resume"):
+        assert codes(f"""
+        model = Net()
+        if {guard}:
+            model.load_state_dict(torch.load(path))
+        model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({{Block}}))
+        """, select=["FSDP404"]) == [(4, "FSDP404")], guard
+    assert codes("""
+    model = Net()
+    if dist.get_rank() != 0:
+        pass
+    else:
+        model.load_state_dict(torch.load(path))
+    model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))
+    """, select=["FSDP404"]) == [(6, "FSDP404")]
+
+
+def test_rank_zero_load_through_a_helper_and_from_pretrained():
+    assert codes("""
+    def load(model, path):
+        model.load_state_dict(torch.load(path))
+
+    def main(rank, path):
+        model = Net()
+        if rank == 0:
+            load(model, path)
+        model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))
+        if rank == 0:
+            other = AutoModel.from_pretrained(path)
+        else:
+            other = AutoModel.from_config(config)
+        other = FSDP(other, auto_wrap_policy=ModuleWrapPolicy({Block}), sync_module_states=False)
+    """, select=["FSDP404"]) == [(8, "FSDP404"), (13, "FSDP404")]
+
+
+def test_sync_module_states_or_loading_everywhere_is_fine():
+    assert codes("""
+    def main(rank, low_cpu):
+        model = Net()
+        if rank == 0:
+            model.load_state_dict(torch.load(path))
+        a = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}), sync_module_states=True)
+        b = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}), sync_module_states=low_cpu)
+        c = FSDP(model, **fsdp_kwargs)
+        fresh = Net()
+        fresh.load_state_dict(torch.load(path))
+        if rank == 0:
+            print(fresh)
+        fresh = FSDP(fresh, auto_wrap_policy=ModuleWrapPolicy({Block}))
+    """, select=["FSDP404"]) == []
+
+
+def test_fsdp401_policy_forms():
+    assert codes("""
+    def blocks(module, recurse, nonwrapped_numel):
+        return isinstance(module, Block)
+
+    def honours(module, recurse, nonwrapped_numel):
+        return recurse or isinstance(module, Block)
+
+    a = FSDP(Net())
+    b = FSDP(Net(), auto_wrap_policy=None)
+    c = FSDP(Net(), auto_wrap_policy=blocks)
+    d = FSDP(Net(), auto_wrap_policy=lambda module, recurse, nonwrapped_numel: isinstance(module, Block))
+    e = FSDP(Net(), auto_wrap_policy=honours)
+    f = FSDP(Net(), auto_wrap_policy=make_policy(cfg))
+    g = FSDP(Net(), **kwargs)
+    h = FSDP(torch.nn.Linear(4, 4))
+    """, select=["FSDP401"]) == [(7, "FSDP401"), (8, "FSDP401"), (9, "FSDP401"), (10, "FSDP401")]
+
+
+def test_fsdp502_fixes_and_advice():
+    body = """
+    model = Net()
+    fully_shard(model.a, offload_policy=CPUOffload(offload_params=True))
+    fully_shard(model.b, mp_policy=MixedPrecision(param_dtype=torch.bfloat16, buffer_dtype=torch.bfloat16))
+    fully_shard(model.c, sharding_strategy=ShardingStrategy.HYBRID_SHARD)
+    fully_shard(model, auto_wrap_policy=ModuleWrapPolicy({Block}))
+    """
+    found = check_source(HEADER + textwrap.dedent(body), "train.py", select=["FSDP502"])
+    assert [(d.line - LINES, bool(d.fix)) for d in found] == [(3, True), (4, True), (5, False), (6, False)]
+    assert "for block in model.layers: fully_shard(block)" in found[3].message
+    safe = fixed(body, select=["FSDP502"])
+    assert "fully_shard(model.a, offload_policy=CPUOffloadPolicy())" in safe
+    assert "MixedPrecision(param_dtype=torch.bfloat16, buffer_dtype" in safe  # dropping buffer_dtype is unsafe
+    unsafe = fixed(body, select=["FSDP502"], unsafe=True)
+    assert "fully_shard(model.b, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))" in unsafe
+    assert fixed(unsafe, select=["FSDP502"], unsafe=True) == unsafe
+    # The new classes join the file's import; the FSDP1 classes nothing uses any more leave it.
+    imports = fix_source(HEADER + program(body), "train.py", select=["FSDP502"], unsafe_fixes=True).splitlines()[3]
+    assert imports == "from torch.distributed.fsdp import ShardingStrategy, fully_shard, CPUOffloadPolicy, MixedPrecisionPolicy"
+
+
+def test_fsdp1_arguments_in_fsdp1_are_silent():
+    assert codes("""
+    model = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({Block}), sharding_strategy=ShardingStrategy.SHARD_GRAD_OP,
+                 mixed_precision=MixedPrecision(param_dtype=torch.bfloat16), cpu_offload=CPUOffload(offload_params=True))
+    """, select=["FSDP502"]) == []
+
+
+def test_grad_scaler_fix_swaps_the_import():
+    result = fixed("""
+    from torch.cuda.amp import GradScaler
+
+    model = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({Block}))
+    optimizer = torch.optim.AdamW(model.parameters())
+    scaler = GradScaler()
+    scaler.step(optimizer)
+    """, select=["FSDP403"])
+    assert "GradScaler import" not in result and "from torch.cuda.amp" not in result
+    assert "from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n" in result
+    assert "scaler = ShardedGradScaler()" in result
+
+
+def test_rank_zero_load_on_a_path_without_fsdp_is_silent():
+    assert codes("""
+    def main(args, rank):
+        model = Net()
+        if rank == 0 and not args.fsdp:
+            model.load_state_dict(torch.load(path))
+        if args.fsdp:
+            model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))
+    """, select=["FSDP404"]) == []
+
+
+def test_clip_fix_keeps_the_layout_of_a_call_over_several_lines():
+    assert fixed(FSDP1_MODEL, """
+    norm = torch.nn.utils.clip_grad_norm_(
+        model.parameters(),
+        max_norm=1.0,  # from the config
+    )
+    """, select=["FSDP402"]).endswith("norm = model.clip_grad_norm_(\n    max_norm=1.0,  # from the config\n)\n")
