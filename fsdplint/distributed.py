@@ -18,7 +18,7 @@ _RANK_ENV = re.compile(r"(?:\w+_)?RANK|SLURM_PROCID|SLURM_LOCALID")
 MAIN_PROCESS_FLAGS = frozenset({
     "is_main_process", "is_local_main_process", "is_main", "is_master", "is_master_process", "master_process",
     "is_global_zero", "is_local_zero", "is_rank_zero", "is_rank0", "is_rank_0", "is_first_rank", "is_main_rank",
-    "is_world_process_zero", "is_local_process_zero", "is_leader", "is_chief", "should_save", "is_master_ordinal",
+    "is_world_process_zero", "is_local_process_zero", "is_leader", "is_chief", "is_master_ordinal",
 })
 # Decorators that make a function run on the main process only (Lightning, accelerate).
 MAIN_PROCESS_DECORATORS = frozenset({"rank_zero_only", "on_main_process", "on_local_main_process", "main_process_only", "rank0_only"})
@@ -45,13 +45,13 @@ FSDP1_COLLECTIVES = frozenset({"summon_full_params", "full_optim_state_dict", "o
 
 
 def is_rank_name(name: str) -> bool:
-    """`rank`, `local_rank`, `self.global_rank`'s `global_rank`, `process_index`."""
-    return bool(_RANK_NAME.fullmatch(name))
+    """`rank`, `local_rank`, `self.global_rank`'s `global_rank`, `self._rank`, `process_index`."""
+    return bool(_RANK_NAME.fullmatch(name.lstrip("_")))
 
 
 def is_rank_getter(name: str) -> bool:
     """`get_rank`, `get_global_rank`, `get_data_parallel_rank`, `get_process_index`."""
-    return bool(_RANK_GETTER.fullmatch(name))
+    return bool(_RANK_GETTER.fullmatch(name.lstrip("_")))
 
 
 def is_rank_env_var(name: str) -> bool:
@@ -59,7 +59,9 @@ def is_rank_env_var(name: str) -> bool:
 
 
 def is_main_process_flag(name: str) -> bool:
-    return name in MAIN_PROCESS_FLAGS
+    """`is_main_process`, `self._is_rank_zero`, `get_is_master()`."""
+    name = name.lstrip("_")
+    return name in MAIN_PROCESS_FLAGS or name.startswith("get_") and name[4:] in MAIN_PROCESS_FLAGS
 
 
 def split_qname(qname: str) -> tuple[str, str]:

@@ -120,6 +120,7 @@ class Value:
     elements: tuple[Value, ...] | None = None  # a tuple or list literal, element by element
     rank: bool = False  # the value is this process's rank (`dist.get_rank()`, `int(os.environ["RANK"])`)
     rank_test: RankTest | None = None  # a condition whose outcome depends on the rank
+    always_false: bool = False  # a parameter left at its default `False`/`None`: `if` on it takes no branch
 
 
 @dataclass(frozen=True)
@@ -166,9 +167,18 @@ class RankGuard:
             return f"{prefix} {self.file.code(node.test).strip()}:"
         return "@" + ", @".join(self.file.code(d.decorator).strip() for d in node.decorators)
 
-    def opposite(self) -> str | None:
-        """The branch that runs on the other ranks, when it can hold code."""
-        return {GUARD_BODY: GUARD_ELSE, GUARD_ELSE: GUARD_BODY}.get(self.branch)
+    def condition(self) -> tuple[str, bool]:
+        """What the code under the guard knows: (a test, whether it holds), with `not`, `!=` and the
+        branch folded in, so that `if not is_main:`'s body and `if is_main:`'s else both give
+        `("is_main", False)`, and the rest of a block after `if rank != 0: return` gives `("rank == 0", True)`."""
+        if not isinstance(self.node, cst.If):
+            return self.code(), True
+        test, holds = self.node.test, self.branch == GUARD_BODY
+        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, holds = test.expression, not holds
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.comparisons[0].operator, cst.NotEqual):
+            test, holds = test.with_changes(comparisons=[test.comparisons[0].with_changes(operator=cst.Equal())]), not holds
+        return " ".join(self.file.module.code_for_node(test).split()), holds
 
 
 @dataclass
@@ -610,9 +620,11 @@ class _Walker:
             for small in node.body:
                 self.small_statement(small, node, parents)
         elif isinstance(node, cst.If):
-            test = self.expr(node.test, node, parents).rank_test
+            value = self.expr(node.test, node, parents)
+            test = value.rank_test
             with self.guarded(node, GUARD_BODY, test, bool(test and test.when_true)):
-                self.walk_suite(node.body, inner)
+                if not value.always_false:
+                    self.walk_suite(node.body, inner)
             if node.orelse is not None:
                 with self.guarded(node, GUARD_ELSE, test, bool(test and test.when_false)):
                     if isinstance(node.orelse, cst.If):
@@ -792,11 +804,13 @@ class _Walker:
 
     def comparison(self, node: cst.Comparison, statement: cst.CSTNode, parents: tuple) -> Value:
         """`rank == 0`, `dist.get_rank() != 0`, `local_rank in (-1, 0)`: true on some ranks only.
-        `local_rank == -1` (not launched distributed) is the same on every rank."""
+        `local_rank == -1` and `os.environ.get("RANK") is None` (launched distributed or not) are the
+        same on every rank."""
         values = [self.expr(part, statement, parents) for part in _subexpressions(node)]
         params = frozenset().union(*(value.params_of for value in values))
         compares_rank = any(value.rank for value in values)
-        not_distributed = any(isinstance(target.operator, (cst.Equal, cst.NotEqual)) and _is_minus_one(target.comparator)
+        not_distributed = any(isinstance(target.operator, (cst.Is, cst.IsNot))
+                              or isinstance(target.operator, (cst.Equal, cst.NotEqual)) and _is_minus_one(target.comparator)
                               for target in node.comparisons)
         return Value(params_of=params, rank_test=RankTest(True, True) if compares_rank and not not_distributed else None)
 
@@ -812,10 +826,10 @@ class _Walker:
         name = (qname or dotted_name(node.func) or "").rsplit(".", 1)[-1]
         if qname in ("os.environ.get", "os.getenv") and node.args:
             return dataclasses.replace(value, rank=self.names_rank_env_var(node.args[0].value))
-        if distributed.is_rank_getter(name):
-            return dataclasses.replace(value, rank=True)
-        if distributed.is_main_process_flag(name):
-            return dataclasses.replace(value, rank_test=RankTest(True, True))
+        getter, flag = distributed.is_rank_getter(name), distributed.is_main_process_flag(name)
+        # A function of this run is judged by what it returns (inlined), not by its name.
+        if (getter or flag) and self.flow.program.resolve_function(self.file, self.function, node) is None:
+            return dataclasses.replace(value, rank=getter, rank_test=RankTest(True, True) if flag else None)
         return value
 
     def comprehension(self, node: cst.BaseComp, statement: cst.CSTNode, parents: tuple) -> Value:
@@ -958,10 +972,14 @@ class _Walker:
         for name, value in kwargs.items():
             if name in params:
                 env[name] = value
+        # Without `*args`/`**kwargs` at the call, a parameter not given keeps its default.
+        defaults_apply = not any(arg.star for arg in node.args)
+        falsy = _falsy_defaults(callee.node) if defaults_apply else set()
         for name in params:
             if name not in env or env[name].ref is None:
                 given = env.get(name, Value())
-                env[name] = Value(ref=Ref(prefix + name), params_of=given.params_of, rank=given.rank, rank_test=given.rank_test)
+                env[name] = Value(ref=Ref(prefix + name), params_of=given.params_of, rank=given.rank, rank_test=given.rank_test,
+                                  always_false=name in falsy and name not in env)
                 self.flow.assigned_roots.add(prefix + name)
                 self.record_origin(prefix + name, given.event)
         walker = _Walker(self.flow, callee.file, callee, env, prefix, self.chain + (callee.name,), self.depth + 1, self.stack,
@@ -980,6 +998,12 @@ def _decorator_name(decorator: cst.Decorator) -> str:
     """`rank_zero_only` for `@rank_zero_only`, `@utils.rank_zero_only` and `@accelerator.on_main_process(...)`."""
     node = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
     return (dotted_name(node) or "").rsplit(".", 1)[-1]
+
+
+def _falsy_defaults(function: cst.FunctionDef) -> set[str]:
+    """Parameters whose default is `False` or `None`."""
+    params = (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)
+    return {p.name.value for p in params if isinstance(p.default, cst.Name) and p.default.value in ("False", "None")}
 
 
 def _exits_block(suite: cst.CSTNode) -> bool:

@@ -63,11 +63,14 @@ class CollectiveOnSomeRanks(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         for flow in program.flows:
-            collectives = [(event, name) for event in flow.events if event.rank_guards and (name := flow.collective(event))]
-            # Branches that reach a collective: `if rank == 0: broadcast(x) else: broadcast(y)` is fine.
-            reaching = {(id(guard.node), guard.branch) for event, _ in collectives for guard in event.rank_guards}
+            # A collective over a group of its own may be meant for the guarded ranks only.
+            collectives = [(event, name) for event in flow.events
+                           if event.rank_guards and not {"group", "process_group"} & event.kwargs.keys() and (name := flow.collective(event))]
+            # Where the other ranks reach a collective too, each rank reaches one: `if rank == 0:
+            # broadcast(x) else: broadcast(y)`, or `if not is_main: barrier()` ... `if is_main: barrier()`.
+            reaching = {guard.condition() for event, _ in collectives for guard in event.rank_guards}
             for event, name in collectives:
-                guard = next((g for g in reversed(event.rank_guards) if (id(g.node), g.opposite()) not in reaching), None)
+                guard = next((g for g in reversed(event.rank_guards) if (g.condition()[0], not g.condition()[1]) not in reaching), None)
                 if guard is not None:
                     yield self._finding(event, name, guard)
 
