@@ -11,6 +11,12 @@ Values are tracked as `Ref`s: a root (a local name, made unique per inlined call
 attributes, where `[]` stands for any element (`model.layers[i]`, a loop variable over
 `model.layers`, a module from `model.modules()`). Name resolution is done here from the import
 statements, not with LibCST's ScopeProvider/QualifiedNameProvider, which cost about 0.5 s a file.
+
+Ranks: values know whether they are this process's rank (`Value.rank`) or a condition only some ranks
+pass (`Value.rank_test`, by fsdplint/distributed.py's vocabulary and through assignments and the
+functions of the run), each event knows the rank guards around it across inlined calls
+(`Event.rank_guards`, with `Event.call_sites` for the calls that led there), and `Flow.collective`
+says which events every rank must reach.
 """
 
 from __future__ import annotations
