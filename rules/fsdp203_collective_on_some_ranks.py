@@ -58,8 +58,14 @@ class CollectiveOnSomeRanks(Rule):
     summary = "A collective reached under a rank guard: the other ranks never join and it hangs"
     severity = Severity.ERROR
     fix_availability = FixAvailability.NONE
-    trigger_tokens = ("barrier", "all_reduce", "gather", "broadcast", "scatter", "all_to_all", "full_tensor", "state_dict",
-                      "summon_full_params", "checkpoint", "unshard", "fully_shard", "FullyShardedDataParallel")
+    # The names of the collectives themselves: broader tokens (`state_dict`, `gather`) parse most of a
+    # training repository for little gain.
+    trigger_tokens = ("barrier", "all_reduce", "all_gather", "gather_object", "dist.gather", "distributed.gather",
+                      "broadcast", "reduce_scatter", "scatter_object_list", "dist.scatter", "distributed.scatter",
+                      "all_to_all", "full_tensor", "get_model_state_dict", "get_optimizer_state_dict", "get_state_dict",
+                      "set_model_state_dict", "set_optimizer_state_dict", "set_state_dict", "summon_full_params",
+                      "optim_state_dict", "FULL_STATE_DICT", "distributed.checkpoint", "dcp.", "unshard", "fully_shard",
+                      "FullyShardedDataParallel")
 
     def check(self, program) -> Iterable[Finding]:
         for flow in program.flows:
