@@ -11,12 +11,21 @@ Values are tracked as `Ref`s: a root (a local name, made unique per inlined call
 attributes, where `[]` stands for any element (`model.layers[i]`, a loop variable over
 `model.layers`, a module from `model.modules()`). Name resolution is done here from the import
 statements, not with LibCST's ScopeProvider/QualifiedNameProvider, which cost about 0.5 s a file.
+
+Ranks: values know whether they are this process's rank (`Value.is_rank`; `Value.rank` also says
+whether global or local, where the value says which) or a condition only some ranks
+pass (`Value.rank_test`, by fsdplint/distributed.py's vocabulary and through assignments and the
+functions of the run), each event knows the rank guards around it across inlined calls
+(`Event.rank_guards`, with `Event.call_sites` for the calls that led there), and `Flow.collective`
+says which events every rank must reach.
 """
 
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import itertools
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
@@ -24,6 +33,7 @@ from typing import Iterator
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
+from fsdplint import distributed
 from fsdplint.source import SourceFile
 
 FULLY_SHARD = "torch.distributed.fsdp.fully_shard"
@@ -37,6 +47,8 @@ _CANONICAL_PREFIXES = (
     ("torch.distributed.fsdp._fully_shard.", "torch.distributed.fsdp."),
     ("torch.distributed.fsdp.fully_sharded_data_parallel.", "torch.distributed.fsdp."),
     ("torch.distributed.tensor._api.", "torch.distributed.tensor."),
+    ("torch.distributed.checkpoint.state_dict_saver.", "torch.distributed.checkpoint."),
+    ("torch.distributed.checkpoint.state_dict_loader.", "torch.distributed.checkpoint."),
 )
 _BUILTINS = frozenset(dir(builtins))
 _CONSTANTS = frozenset({"None", "True", "False"})
@@ -70,6 +82,12 @@ CALL = "call"  # a call of something that is not a local value: qname(args)
 META = "meta"  # target was built on the meta device
 ASSIGN = "assign"  # `target = ...` where target is an attribute (`model.tok_embeddings = new`)
 ENTER = "enter"  # a call of a function of this run, whose events follow inlined: qname(args)
+
+# Where code under a RankGuard sits.
+GUARD_BODY = "body"  # the body of `if <rank test>:`
+GUARD_ELSE = "else"  # its `else`/`elif` branch
+GUARD_AFTER_EXIT = "after-exit"  # the rest of a block after `if not is_main: return` (or `continue`)
+GUARD_DECORATED = "decorated"  # the body of a function decorated `@rank_zero_only`
 
 
 def canonical(qname: str) -> str:
@@ -130,6 +148,69 @@ class Value:
     elements: tuple[Value, ...] | None = None  # a tuple or list literal, element by element
     rank: Rank | None = None  # the value is (or formats) the process's rank
     constant: str | None = None  # "None", "True" or "False": a literal passed for a parameter
+    # This process's rank, global or local, as far as a name or call says (`dist.get_rank()`,
+    # `self.global_rank`); `rank` above also knows which of the two, where the value says it.
+    is_rank: bool = False
+    rank_test: RankTest | None = None  # a condition whose outcome depends on the rank
+    always_false: bool = False  # a parameter left at its default `False`/`None`: `if` on it takes no branch
+
+
+@dataclass(frozen=True)
+class RankTest:
+    """A condition that depends on the rank.
+
+    `when_true`: where it is true, it is true on some ranks only (`rank == 0`, `is_main_process`).
+    `when_false`: where it is false, it is false on some ranks only. `rank == 0` is both;
+    `rank == 0 and step % 100 == 0` is only `when_true` (at most steps it is false on every rank).
+    """
+
+    when_true: bool
+    when_false: bool
+
+    def negated(self) -> RankTest:
+        return RankTest(self.when_false, self.when_true)
+
+    @staticmethod
+    def combine(operator: str, left: RankTest | None, right: RankTest | None) -> RankTest | None:
+        """`left and right` / `left or right`; None for a condition every rank sees alike."""
+        left, right = left or RankTest(False, False), right or RankTest(False, False)
+        if operator == "and":
+            combined = RankTest(left.when_true or right.when_true, left.when_false and right.when_false)
+        else:
+            combined = RankTest(left.when_true and right.when_true, left.when_false or right.when_false)
+        return combined if combined.when_true or combined.when_false else None
+
+
+@dataclass(frozen=True, eq=False)
+class RankGuard:
+    """Code under it runs on some ranks only: a branch of an `if` on a rank test, the rest of a block
+    after `if not is_main: return`, or a function decorated `@rank_zero_only`."""
+
+    node: cst.CSTNode  # the `if` statement, or the decorated function
+    branch: str  # GUARD_BODY, GUARD_ELSE, GUARD_AFTER_EXIT or GUARD_DECORATED
+    file: FileModel
+    chain: tuple[str, ...]  # the functions from the flow's own down to the one holding the guard
+
+    def code(self) -> str:
+        """`if dist.get_rank() == 0:`, the guard as written."""
+        node = self.node
+        if isinstance(node, cst.If):
+            prefix = "if" if self.branch != GUARD_ELSE else "else of if"
+            return f"{prefix} {self.file.code(node.test).strip()}:"
+        return "@" + ", @".join(self.file.code(d.decorator).strip() for d in node.decorators)
+
+    def condition(self) -> tuple[str, bool]:
+        """What the code under the guard knows: (a test, whether it holds), with `not`, `!=` and the
+        branch folded in, so that `if not is_main:`'s body and `if is_main:`'s else both give
+        `("is_main", False)`, and the rest of a block after `if rank != 0: return` gives `("rank == 0", True)`."""
+        if not isinstance(self.node, cst.If):
+            return self.code(), True
+        test, holds = self.node.test, self.branch == GUARD_BODY
+        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, holds = test.expression, not holds
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.comparisons[0].operator, cst.NotEqual):
+            test, holds = test.with_changes(comparisons=[test.comparisons[0].with_changes(operator=cst.Equal())]), not holds
+        return " ".join(self.file.module.code_for_node(test).split()), holds
 
 
 @dataclass
@@ -164,6 +245,16 @@ class Event:
     # The statements around the call sites it was inlined through, outermost first: for each call,
     # its compound statements and then its own statement.
     outer: tuple[cst.CSTNode, ...] = ()
+    rank_guards: tuple[RankGuard, ...] = ()  # the guards around the node, across inlined calls, outermost first
+    call_sites: tuple[cst.Call, ...] = ()  # the call that entered each function of `chain` after the first
+    contexts: tuple[Event, ...] = ()  # the `with` items around the node, across inlined calls, outermost first
+
+    def keywords_set_true(self) -> frozenset[str]:
+        """The keyword arguments written as `True` (`StateDictOptions(full_state_dict=True)`)."""
+        if not isinstance(self.node, cst.Call):
+            return frozenset()
+        return frozenset(arg.keyword.value for arg in self.node.args
+                         if arg.keyword is not None and isinstance(arg.value, cst.Name) and arg.value.value == "True")
 
     @property
     def target(self) -> Ref | None:
@@ -468,6 +559,57 @@ class Flow:
                     return True
         return False
 
+    def origin(self, value: Value, before: int) -> Event | None:
+        """The event that made `value`: its own, or the last one assigned to its variable before event
+        `before` (`options = StateDictOptions(...)`, `state = torch.load(path)`)."""
+        if value.event is not None:
+            return value.event
+        if value.ref is None:
+            return None
+        variable = Ref(value.ref.root)
+        return next((event for event in reversed(self.events[:before]) if event.binding == variable), None)
+
+    def state_dict_options(self, event: Event) -> frozenset[str]:
+        """The `StateDictOptions` fields set to True in the `options=` of a state-dict helper call."""
+        options = event.kwargs.get("options")
+        made_by = self.origin(options, event.index) if options is not None else None
+        if made_by is None or made_by.kind != CALL or not (made_by.qname or "").endswith("StateDictOptions"):
+            return frozenset()
+        return made_by.keywords_set_true()
+
+    def collective(self, event: Event) -> str | None:
+        """The name of the collective `event` is (every rank of the group must reach it), else None.
+
+        Process-group collectives, `dcp.save/load/async_save`, the state-dict helpers with a full state
+        dict, `DTensor.full_tensor()`, FSDP1's `summon_full_params`/`full_optim_state_dict` and its
+        `state_dict()` under FULL_STATE_DICT (its default), `unshard()` and a forward of a sharded module.
+        """
+        if event.kind == CALL and event.qname:
+            name = event.qname.rsplit(".", 1)[-1]
+            if distributed.is_process_group_collective(event.qname) or distributed.is_dcp_collective(event.qname) or distributed.is_fsdp1_collective(event.qname):
+                return name
+            if distributed.is_state_dict_helper(event.qname) and self.state_dict_options(event) & distributed.COLLECTIVE_STATE_DICT_OPTIONS:
+                return name
+            return None
+        if event.kind == METHOD and event.target is not None:
+            if event.method in ("full_tensor", "summon_full_params"):
+                return event.method
+            if event.method == "unshard" and self.sharding_of(event.target, event.index, fsdp=2):
+                return event.method
+            if event.method == "state_dict" and self.sharding_of(event.target, event.index, fsdp=1) and self._fsdp1_full_state_dict(event):
+                return event.method
+            return None
+        if event.kind == CALL_VALUE and event.target is not None and self.sharding_of(event.target, event.index, fsdp=None):
+            return "forward"
+        return None
+
+    def _fsdp1_full_state_dict(self, event: Event) -> bool:
+        """FSDP1's `state_dict()` gathers unless a `state_dict_type` context (or an earlier
+        `set_state_dict_type`) chose a sharded or local state dict."""
+        chosen = [context for context in event.contexts if (context.qname or context.method or "").endswith("state_dict_type")]
+        chosen = chosen or [e for e in self.events[:event.index] if (e.qname or e.method or "").endswith("set_state_dict_type")]
+        return not chosen or "FULL_STATE_DICT" in chosen[-1].file.code(chosen[-1].node)
+
 
 class Program:
     """Every parsed file of the run and the flows built from them."""
@@ -541,7 +683,9 @@ class Program:
 class _Walker:
     """Walks one function body in textual order, appending events to the flow, inlining callees."""
 
-    def __init__(self, flow: Flow, file: FileModel, function: FunctionInfo | None, env: dict[str, Value], prefix: str, chain: tuple[str, ...], depth: int, stack: tuple[int, ...] = (), outer: tuple[cst.CSTNode, ...] = ()) -> None:
+    def __init__(self, flow: Flow, file: FileModel, function: FunctionInfo | None, env: dict[str, Value], prefix: str, chain: tuple[str, ...], depth: int, stack: tuple[int, ...] = (),
+                 outer: tuple[cst.CSTNode, ...] = (), rank_guards: tuple[RankGuard, ...] = (), call_sites: tuple[cst.Call, ...] = (),
+                 contexts: tuple[Event, ...] = ()) -> None:
         self.flow = flow
         self.file = file
         self.function = function
@@ -553,32 +697,59 @@ class _Walker:
         self.returned = Value()
         self.meta_depth = 0
         self.outer = outer  # statements around the call sites that led here (Event.outer)
+        # What holds for every event of this walk, the caller's included (see Event).
+        self.rank_guards = rank_guards
+        self.call_sites = call_sites
+        self.contexts = contexts
+        if function is not None and any(_decorator_name(d) in distributed.MAIN_PROCESS_DECORATORS for d in function.node.decorators):
+            self.rank_guards += (RankGuard(function.node, GUARD_DECORATED, file, chain),)
+
+    @contextmanager
+    def guarded(self, node: cst.CSTNode, branch: str, test: RankTest | None, applies: bool) -> Iterator[None]:
+        """Events emitted inside run under a RankGuard when `test` says the branch is rank-dependent."""
+        saved = self.rank_guards
+        if test is not None and applies:
+            self.rank_guards += (RankGuard(node, branch, self.file, self.chain),)
+        try:
+            yield
+        finally:
+            self.rank_guards = saved
 
     # statements
 
     def walk_suite(self, suite: cst.CSTNode, parents: tuple[cst.CSTNode, ...]) -> None:
         if isinstance(suite, (cst.Module, cst.IndentedBlock)):
+            saved = self.rank_guards
             for statement in suite.body:
-                self.statement(statement, parents)
+                test = self.statement(statement, parents)
+                # `if not is_main: return`: the rest of the block runs where the test is false.
+                if test is not None and test.when_false and statement.orelse is None and _exits_block(statement.body):
+                    self.rank_guards += (RankGuard(statement, GUARD_AFTER_EXIT, self.file, self.chain),)
+            self.rank_guards = saved
         elif isinstance(suite, cst.SimpleStatementSuite):
             for small in suite.body:
                 self.small_statement(small, parents[-1], parents[:-1])
 
-    def statement(self, node: cst.CSTNode, parents: tuple[cst.CSTNode, ...]) -> None:
+    def statement(self, node: cst.CSTNode, parents: tuple[cst.CSTNode, ...]) -> RankTest | None:
+        """Walks one statement; for an `if`, returns its test's dependence on the rank."""
         inner = parents + (node,)
         if isinstance(node, cst.SimpleStatementLine):
             for small in node.body:
                 self.small_statement(small, node, parents)
         elif isinstance(node, cst.If):
-            self.expr(node.test, node, parents)
-            truth = self.static_truth(node.test)
-            if truth is not False:
-                self.walk_suite(node.body, inner)
+            value = self.expr(node.test, node, parents)
+            truth = False if value.always_false else self.static_truth(node.test)
+            test = value.rank_test
+            with self.guarded(node, GUARD_BODY, test, bool(test and test.when_true)):
+                if truth is not False:
+                    self.walk_suite(node.body, inner)
             if node.orelse is not None and truth is not True:
-                if isinstance(node.orelse, cst.If):
-                    self.statement(node.orelse, parents)
-                else:
-                    self.walk_suite(node.orelse.body, inner)
+                with self.guarded(node, GUARD_ELSE, test, bool(test and test.when_false)):
+                    if isinstance(node.orelse, cst.If):
+                        self.statement(node.orelse, parents)
+                    else:
+                        self.walk_suite(node.orelse.body, inner)
+            return test
         elif isinstance(node, cst.For):
             iterable = self.expr(node.iter, node, parents)
             self.bind(node.target, self.element_of(iterable))
@@ -590,14 +761,18 @@ class _Walker:
             self.walk_suite(node.body, inner)
         elif isinstance(node, cst.With):
             meta = 0
+            saved_contexts = self.contexts
             for item in node.items:
                 value = self.expr(item.item, node, parents, with_item=True)
                 meta += self.is_meta_device(item.item)
+                if value.event is not None:
+                    self.contexts += (value.event,)
                 if item.asname:
                     self.bind(item.asname.name, value)
             self.meta_depth += meta
             self.walk_suite(node.body, inner)
             self.meta_depth -= meta
+            self.contexts = saved_contexts
         elif isinstance(node, (cst.Try, cst.TryStar)):
             self.walk_suite(node.body, inner)
             for handler in node.handlers:
@@ -687,7 +862,7 @@ class _Walker:
             # change it before a test that comes earlier in the text.
             constant = value.constant if root and value.constant and self.assigned_once(key) else None
             bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, elements=value.elements, rank=value.rank,
-                          constant=constant)
+                          constant=constant, is_rank=value.is_rank, rank_test=value.rank_test)
         self.env[key] = bound
         if value.event is not None and value.event.binding is None:
             value.event.binding = bound.ref
@@ -746,13 +921,17 @@ class _Walker:
                 return self.env[key]
             if isinstance(node, cst.Attribute):
                 self.expr(node.value, statement, parents)
-            return Value(ref=self.ref_of(node))
+            # An unassigned name or attribute says by its name whether it is a rank (`self.global_rank`).
+            name = node.value if isinstance(node, cst.Name) else node.attr.value
+            flag = distributed.is_main_process_flag(name)
+            return Value(ref=self.ref_of(node), is_rank=distributed.is_rank_name(name), rank_test=RankTest(True, True) if flag else None)
         if isinstance(node, cst.Subscript):
             base = self.expr(node.value, statement, parents)
             for element in node.slice:
                 self.expr(element, statement, parents)
-            if self.file.qualify(node.value) == "os.environ" and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
-                return Value(rank=_rank_variable(node.slice[0].slice.value))
+            index = node.slice[0].slice if len(node.slice) == 1 else None
+            if isinstance(index, cst.Index) and self.file.qualify(node.value) == "os.environ":  # os.environ["LOCAL_RANK"]
+                return Value(rank=_rank_variable(index.value), is_rank=self.names_rank_env_var(index.value))
             return Value(ref=base.ref.child("[]")) if base.ref else Value()
         if isinstance(node, cst.Call):
             return self.call(node, statement, parents, with_item)
@@ -760,6 +939,15 @@ class _Walker:
             return Value()
         if isinstance(node, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
             return self.comprehension(node, statement, parents)
+        if isinstance(node, cst.Comparison):
+            return self.comparison(node, statement, parents)
+        if isinstance(node, cst.BooleanOperation):
+            left, right = self.expr(node.left, statement, parents), self.expr(node.right, statement, parents)
+            operator = "and" if isinstance(node.operator, cst.And) else "or"
+            return Value(params_of=left.params_of | right.params_of, rank_test=RankTest.combine(operator, left.rank_test, right.rank_test))
+        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
+            operand = self.expr(node.expression, statement, parents)
+            return Value(rank_test=operand.rank_test.negated() if operand.rank_test else None)
         if isinstance(node, (cst.Tuple, cst.List)):
             elements = tuple(self.expr(element.value, statement, parents) for element in node.elements)
             params = frozenset().union(*(element.params_of for element in elements))
@@ -773,6 +961,36 @@ class _Walker:
         for part in _subexpressions(node):
             params |= self.expr(part, statement, parents).params_of
         return Value(params_of=params)
+
+    def comparison(self, node: cst.Comparison, statement: cst.CSTNode, parents: tuple) -> Value:
+        """`rank == 0`, `dist.get_rank() != 0`, `local_rank in (-1, 0)`: true on some ranks only.
+        `local_rank == -1` and `os.environ.get("RANK") is None` (launched distributed or not) are the
+        same on every rank."""
+        values = [self.expr(part, statement, parents) for part in _subexpressions(node)]
+        params = frozenset().union(*(value.params_of for value in values))
+        compares_rank = any(value.is_rank or value.rank for value in values)
+        not_distributed = any(isinstance(target.operator, (cst.Is, cst.IsNot))
+                              or isinstance(target.operator, (cst.Equal, cst.NotEqual)) and _is_minus_one(target.comparator)
+                              for target in node.comparisons)
+        return Value(params_of=params, rank_test=RankTest(True, True) if compares_rank and not not_distributed else None)
+
+    def names_rank_env_var(self, key: cst.CSTNode | None) -> bool:
+        return isinstance(key, cst.SimpleString) and distributed.is_rank_env_var(str(key.evaluated_value))
+
+    def rank_meaning(self, node: cst.Call, value: Value) -> Value:
+        """What a call's result says of the rank, by the callee's name: `dist.get_rank()`,
+        `get_local_rank()`, `is_main_process()`, `os.environ.get("RANK")`."""
+        if value.is_rank or value.rank or value.rank_test:
+            return value  # an inlined function returned it, or `int(rank)`
+        qname = self.file.qualify(node.func)
+        name = (qname or dotted_name(node.func) or "").rsplit(".", 1)[-1]
+        if qname in ("os.environ.get", "os.getenv") and node.args:
+            return dataclasses.replace(value, is_rank=self.names_rank_env_var(node.args[0].value))
+        getter, flag = distributed.is_rank_getter(name), distributed.is_main_process_flag(name)
+        # A function of this run is judged by what it returns (inlined), not by its name.
+        if (getter or flag) and self.flow.program.resolve_function(self.file, self.function, node) is None:
+            return dataclasses.replace(value, is_rank=getter, rank_test=RankTest(True, True) if flag else None)
+        return value
 
     def comprehension(self, node: cst.BaseComp, statement: cst.CSTNode, parents: tuple) -> Value:
         """What the elements carry: `{k: v.full_tensor() for k, v in sd.items()}` carries no shards."""
@@ -790,6 +1008,9 @@ class _Walker:
         return Value(params_of=params, iterates=_common_ref([value.ref for value in values]))
 
     def call(self, node: cst.Call, statement: cst.CSTNode, parents: tuple, with_item: bool) -> Value:
+        return self.rank_meaning(node, self._call(node, statement, parents, with_item))
+
+    def _call(self, node: cst.Call, statement: cst.CSTNode, parents: tuple, with_item: bool) -> Value:
         func = node.func
         receiver = self.expr(func.value, statement, parents) if isinstance(func, cst.Attribute) else Value()
         args = tuple(self.expr(arg.value, statement, parents) for arg in node.args if arg.keyword is None and not arg.star)
@@ -816,7 +1037,7 @@ class _Walker:
             return Value(iterates=args[0].iterates or args[0].ref, params_of=flowing)
         if self.builds_on_meta(node):
             return Value(event=Event(META, node, self.file, statement, parents, self.chain))
-        callee = self.flow.program.resolve_function(self.file, self.function, node)
+        callee = self.flow.program.resolve_function(self.file, self.function, node) or self.method_of_instance(func, receiver)
         if callee is not None:
             return self.inline(callee, node, args, kwargs, receiver, statement, parents)
         # Parameters handed over directly, not an existing optimizer handed to a helper.
@@ -845,7 +1066,10 @@ class _Walker:
         if callee_ref is not None:
             return Value(event=self.emit(CALL_VALUE, node, targets=(callee_ref,), **common))
         event = self.emit(CALL, node, **{**common, "qname": qname or dotted_name(func)})
-        return Value(event=event, params_of=flowing if qname is None else frozenset(), rank=self.rank_of_call(qname, func, node, args))
+        # `int(os.environ["RANK"])` is still the rank.
+        converts_rank = qname is None and isinstance(func, cst.Name) and func.value in ("int", "str") and bool(args) and args[0].is_rank
+        return Value(event=event, params_of=flowing if qname is None else frozenset(), rank=self.rank_of_call(qname, func, node, args),
+                     is_rank=converts_rank)
 
     @staticmethod
     def rank_of_call(qname: str | None, func: cst.CSTNode, node: cst.Call, args: tuple[Value, ...]) -> Rank | None:
@@ -889,6 +1113,17 @@ class _Walker:
         name = (dotted_name(node.func) or "").lower()
         return bool(flowing) and ("optim" in name or name.endswith(("adam", "adamw", "sgd")))
 
+    def method_of_instance(self, func: cst.BaseExpression, receiver: Value) -> FunctionInfo | None:
+        """`trainer.save(...)` where `trainer = Trainer(...)` and this run defines `Trainer.save`."""
+        if not isinstance(func, cst.Attribute) or receiver.ref is None or receiver.ref.path:
+            return None
+        built_by = self.flow.origin(receiver, len(self.flow.events))
+        if built_by is None or built_by.kind not in (CALL, CALL_VALUE) or not isinstance(built_by.node, cst.Call):
+            return None
+        qualname = f"{(dotted_name(built_by.node.func) or '').rsplit('.', 1)[-1]}.{func.attr.value}"
+        candidates = [f for f in self.flow.program.functions_by_name.get(func.attr.value, ()) if f.qualname == qualname]
+        return candidates[0] if len(candidates) == 1 else None
+
     def inline(self, callee: FunctionInfo, node: cst.Call, args: tuple[Value, ...], kwargs: dict[str, Value], receiver: Value, statement: cst.CSTNode, parents: tuple) -> Value:
         callee.called = True
         if self.depth >= _MAX_INLINE_DEPTH or id(callee.node) in self.stack:
@@ -909,21 +1144,26 @@ class _Walker:
         for name, value in kwargs.items():
             if name in params:
                 env[name] = value
+        # Without `*args`/`**kwargs` at the call, a parameter not given keeps its default.
+        defaults_apply = not any(arg.star for arg in node.args)
+        falsy = _falsy_defaults(callee.node) if defaults_apply else set()
         for name in params:
             if name not in env and _literal_default(callee.node, name):
                 env[name] = Value(constant=_literal_default(callee.node, name))
             if name not in env or env[name].ref is None:
                 given = env.get(name, Value())
-                env[name] = Value(ref=Ref(prefix + name), params_of=given.params_of, rank=given.rank, constant=given.constant)
+                env[name] = Value(ref=Ref(prefix + name), params_of=given.params_of, rank=given.rank, constant=given.constant,
+                                  is_rank=given.is_rank, rank_test=given.rank_test, always_false=name in falsy and name not in env)
                 self.flow.assigned_roots.add(prefix + name)
                 self.record_origin(prefix + name, given.event)
         walker = _Walker(self.flow, callee.file, callee, env, prefix, self.chain + (callee.name,), self.depth + 1, self.stack,
-                         self.outer + parents + (statement,))
+                         self.outer + parents + (statement,), self.rank_guards, self.call_sites + (node,), self.contexts)
         walker.walk_suite(callee.node.body, ())
         return walker.returned
 
     def emit(self, kind: str, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple, **fields) -> Event:
-        event = Event(kind, node, self.file, statement, parents, self.chain, function=self.function, outer=self.outer, **fields)
+        event = Event(kind, node, self.file, statement, parents, self.chain, function=self.function, outer=self.outer,
+                      rank_guards=self.rank_guards, call_sites=self.call_sites, contexts=self.contexts, **fields)
         self.flow.events.append(event)
         return event
 
@@ -967,6 +1207,30 @@ def _literal_default(function: cst.FunctionDef, name: str) -> str | None:
         if param.name.value == name and isinstance(param.default, cst.Name) and param.default.value in _CONSTANTS:
             return param.default.value
     return None
+
+
+def _decorator_name(decorator: cst.Decorator) -> str:
+    """`rank_zero_only` for `@rank_zero_only`, `@utils.rank_zero_only` and `@accelerator.on_main_process(...)`."""
+    node = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
+    return (dotted_name(node) or "").rsplit(".", 1)[-1]
+
+
+def _falsy_defaults(function: cst.FunctionDef) -> set[str]:
+    """Parameters whose default is `False` or `None`."""
+    params = (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)
+    return {p.name.value for p in params if isinstance(p.default, cst.Name) and p.default.value in ("False", "None")}
+
+
+def _exits_block(suite: cst.CSTNode) -> bool:
+    """The block ends in `return` or `continue`: what follows it runs only where its test failed."""
+    body = _body(suite)
+    last = body[-1] if body else None
+    return isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], (cst.Return, cst.Continue))
+
+
+def _is_minus_one(node: cst.CSTNode) -> bool:
+    return (isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus)
+            and isinstance(node.expression, cst.Integer) and node.expression.value == "1")
 
 
 def _common_ref(refs: list[Ref | None]) -> Ref | None:

@@ -1,0 +1,89 @@
+"""The torch.distributed vocabulary the semantic model reads names with: which names hold a rank, which
+conditions only some ranks pass, and which calls every rank of a process group must make.
+
+Pure functions of names and qualified names; the model (fsdplint/model.py) applies them to values and
+events. Nothing here imports torch or libcst.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Names (variables, attributes, `get_*` functions) that hold this process's rank.
+_RANK_NAME = re.compile(r"(?:global_|local_|node_local_|dp_|ddp_|ddp_local_|data_parallel_|world_|process_|my_|cur_|current_)?rank(?:_id|_idx)?|(?:local_)?process_index")
+_RANK_GETTER = re.compile(r"get_(?:\w+_)?rank|get_(?:local_)?process_index")
+# Environment variables that hold a rank (torchrun, SLURM, Open MPI).
+_RANK_ENV = re.compile(r"(?:\w+_)?RANK|SLURM_PROCID|SLURM_LOCALID")
+# Names of flags (or functions returning one) that are true on the main process only.
+MAIN_PROCESS_FLAGS = frozenset({
+    "is_main_process", "is_local_main_process", "is_main", "is_master", "is_master_process", "master_process",
+    "is_global_zero", "is_local_zero", "is_rank_zero", "is_rank0", "is_rank_0", "is_first_rank", "is_main_rank",
+    "is_world_process_zero", "is_local_process_zero", "is_leader", "is_chief", "is_master_ordinal",
+})
+# Decorators that make a function run on the main process only (Lightning, accelerate).
+MAIN_PROCESS_DECORATORS = frozenset({"rank_zero_only", "on_main_process", "on_local_main_process", "main_process_only", "rank0_only"})
+
+# torch.distributed functions that every rank of the group must call.
+PROCESS_GROUP_COLLECTIVES = frozenset({
+    "barrier", "monitored_barrier", "all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor",
+    "_all_gather_base", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "broadcast",
+    "broadcast_object_list", "reduce", "gather", "gather_object", "scatter", "scatter_object_list", "all_to_all",
+    "all_to_all_single",
+})
+_PROCESS_GROUP_MODULES = frozenset({"torch.distributed", "torch.distributed.distributed_c10d"})
+# torch.distributed.checkpoint: every rank writes or reads its part, coordinated by collectives.
+DCP_COLLECTIVES = frozenset({"save", "load", "async_save", "save_state_dict", "load_state_dict"})
+DCP_MODULE = "torch.distributed.checkpoint"
+# torch.distributed.checkpoint.state_dict helpers: collectives when the state dict is full.
+STATE_DICT_MODULE = "torch.distributed.checkpoint.state_dict"
+STATE_DICT_GETTERS = frozenset({"get_model_state_dict", "get_optimizer_state_dict", "get_state_dict"})
+STATE_DICT_SETTERS = frozenset({"set_model_state_dict", "set_optimizer_state_dict", "set_state_dict"})
+# StateDictOptions fields that make a helper gather or scatter across ranks.
+COLLECTIVE_STATE_DICT_OPTIONS = frozenset({"full_state_dict", "broadcast_from_rank0"})
+# FullyShardedDataParallel (FSDP1) static methods that all-gather.
+FSDP1_COLLECTIVES = frozenset({"summon_full_params", "full_optim_state_dict", "optim_state_dict", "sharded_optim_state_dict"})
+
+
+def is_rank_name(name: str) -> bool:
+    """`rank`, `local_rank`, `self.global_rank`'s `global_rank`, `self._rank`, `process_index`."""
+    return bool(_RANK_NAME.fullmatch(name.lstrip("_")))
+
+
+def is_rank_getter(name: str) -> bool:
+    """`get_rank`, `get_global_rank`, `get_data_parallel_rank`, `get_process_index`."""
+    return bool(_RANK_GETTER.fullmatch(name.lstrip("_")))
+
+
+def is_rank_env_var(name: str) -> bool:
+    return bool(_RANK_ENV.fullmatch(name))
+
+
+def is_main_process_flag(name: str) -> bool:
+    """`is_main_process`, `self._is_rank_zero`, `get_is_master()`."""
+    name = name.lstrip("_")
+    return name in MAIN_PROCESS_FLAGS or name.startswith("get_") and name[4:] in MAIN_PROCESS_FLAGS
+
+
+def split_qname(qname: str) -> tuple[str, str]:
+    module, _, name = qname.rpartition(".")
+    return module, name
+
+
+def is_process_group_collective(qname: str) -> bool:
+    module, name = split_qname(qname)
+    return module in _PROCESS_GROUP_MODULES and name in PROCESS_GROUP_COLLECTIVES
+
+
+def is_dcp_collective(qname: str) -> bool:
+    module, name = split_qname(qname)
+    return module == DCP_MODULE and name in DCP_COLLECTIVES
+
+
+def is_state_dict_helper(qname: str) -> bool:
+    module, name = split_qname(qname)
+    return module == STATE_DICT_MODULE and name in STATE_DICT_GETTERS | STATE_DICT_SETTERS
+
+
+def is_fsdp1_collective(qname: str) -> bool:
+    module, name = split_qname(qname)
+    return module.endswith("FullyShardedDataParallel") and name in FSDP1_COLLECTIVES

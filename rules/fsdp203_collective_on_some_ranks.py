@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+from typing import Iterable
+
+from fsdplint.rule import Finding, FixAvailability, Rule, Severity
+
+
+class CollectiveOnSomeRanks(Rule):
+    """
+    ## What it does
+    Finds a collective reached under a rank guard: `if rank == 0:`, `if dist.get_rank() == 0:`,
+    `if is_main_process:`, `if self.global_rank == 0:`, `if fabric.is_global_zero:`, a name assigned
+    from such a test, the rest of a function after `if rank != 0: return`, or a function decorated
+    `@rank_zero_only`. The collective may be in the guarded block itself or in a function it calls,
+    at any depth among the checked files; the message names the chain of calls.
+
+    Collectives are the `torch.distributed` ones (`barrier`, `all_reduce`, `broadcast`, ...),
+    `dcp.save`/`dcp.load`/`dcp.async_save`, the `get_`/`set_` state-dict helpers with
+    `full_state_dict=True` or `broadcast_from_rank0=True`, `DTensor.full_tensor()`, FSDP1's
+    `summon_full_params`, `full_optim_state_dict` and `state_dict()` under FULL_STATE_DICT (its
+    default), and `unshard()` or a forward of a sharded module.
+
+    ## Why is this bad?
+    Every rank of the process group must enter a collective. The ranks the guard keeps out never
+    do, so the ranks inside wait for them until the process-group timeout (gloo:
+    `Timed out waiting ... for recv operation to complete`; NCCL: the watchdog kills the job after
+    10 minutes by default), or the other ranks reach a different collective and the two mismatch.
+    Gathering a full state dict "only on rank 0, since only rank 0 writes the file" is the usual way
+    in: the gather is a collective even though the write is not.
+
+    ## Example
+    ```python
+    def save_checkpoint(model, path):
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        torch.save(state, path)
+
+    if dist.get_rank() == 0:
+        save_checkpoint(model, path)  # rank 0 waits forever in the all-gather
+    ```
+
+    ## Use instead
+    ```python
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if dist.get_rank() == 0:
+        torch.save(state, path)
+    ```
+
+    ## Fix safety
+    No fix: which part of the guarded code must run on every rank is a choice about the code.
+
+    ## References
+    - [Collective communication](https://pytorch.org/docs/stable/distributed.html#collective-functions)
+    - [Distributed state dict](https://pytorch.org/docs/stable/distributed.checkpoint.html)
+    """
+
+    code = "FSDP203"
+    name = "collective-on-some-ranks"
+    summary = "A collective reached under a rank guard: the other ranks never join and it hangs"
+    severity = Severity.ERROR
+    fix_availability = FixAvailability.NONE
+    # The names of the collectives themselves: broader tokens (`state_dict`, `gather`) parse most of a
+    # training repository for little gain.
+    trigger_tokens = ("barrier", "all_reduce", "all_gather", "gather_object", "dist.gather", "distributed.gather",
+                      "broadcast", "reduce_scatter", "scatter_object_list", "dist.scatter", "distributed.scatter",
+                      "all_to_all", "full_tensor", "get_model_state_dict", "get_optimizer_state_dict", "get_state_dict",
+                      "set_model_state_dict", "set_optimizer_state_dict", "set_state_dict", "summon_full_params",
+                      "optim_state_dict", "FULL_STATE_DICT", "distributed.checkpoint", "dcp.", "unshard", "fully_shard",
+                      "FullyShardedDataParallel")
+
+    def check(self, program) -> Iterable[Finding]:
+        for flow in program.flows:
+            # A collective over a group of its own may be meant for the guarded ranks only.
+            collectives = [(event, name) for event in flow.events
+                           if event.rank_guards and not {"group", "process_group"} & event.kwargs.keys() and (name := flow.collective(event))]
+            # Where the other ranks reach a collective too, each rank reaches one: `if rank == 0:
+            # broadcast(x) else: broadcast(y)`, or `if not is_main: barrier()` ... `if is_main: barrier()`.
+            reaching = {guard.condition() for event, _ in collectives for guard in event.rank_guards}
+            for event, name in collectives:
+                guard = next((g for g in reversed(event.rank_guards) if (g.condition()[0], not g.condition()[1]) not in reaching), None)
+                if guard is not None:
+                    yield self._finding(event, name, guard)
+
+    @staticmethod
+    def _finding(event, name: str, guard) -> Finding:
+        from fsdplint.model import GUARD_AFTER_EXIT, GUARD_DECORATED
+
+        depth = len(guard.chain)
+        direct = len(event.chain) == depth
+        node = event.node if direct else event.call_sites[depth - 1]
+        line = guard.file.position(guard.node).start.line
+        where = {GUARD_AFTER_EXIT: f"after the other ranks leave at `{guard.code()}` (line {line})",
+                 GUARD_DECORATED: f"in a function decorated `{guard.code()}` (line {line})"}.get(guard.branch, f"under `{guard.code()}`")
+        what = "a forward of a sharded module" if name == "forward" else f"the collective `{name}`"
+        call = guard.file.code(node).strip()
+        if len(call) > 60:
+            call = call[:57] + "..."
+        reached = f"is {what}" if direct else f"reaches {what} ({' → '.join(event.chain[depth:] + (name,))})"
+        return Finding(guard.file, node,
+                       f"`{call}` {where} {reached} on some ranks only: the other ranks never join and it hangs; "
+                       f"call it on every rank and keep only the rank-0 work (the file write) under the guard")

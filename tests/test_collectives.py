@@ -1,0 +1,196 @@
+"""Rank guards and collectives in the semantic model, through FSDP203 and FSDP204: collectives followed
+across calls, methods and files; the guard forms real code uses; the correct forms that stay silent."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from fsdplint.api import check_paths, check_source
+
+HEADER = """
+import os
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import fully_shard
+"""
+
+
+def findings(source: str, select: str = "FSDP203") -> list[tuple[int, str]]:
+    text = textwrap.dedent(HEADER) + textwrap.dedent(source)
+    offset = textwrap.dedent(HEADER).count("\n")
+    return [(d.line - offset, d.message) for d in check_source(text, select=[select])]
+
+
+def lines(source: str, select: str = "FSDP203") -> list[int]:
+    return [line for line, _ in findings(source, select)]
+
+
+def test_two_calls_below_the_guard_names_the_chain():
+    found = findings("""
+    def gather(model):
+        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    def save_checkpoint(model, path):
+        torch.save(gather(model), path)
+
+    def save_state(model, path):
+        save_checkpoint(model, path)
+
+    def main(model):
+        if dist.get_rank() == 0:
+            save_state(model, "ckpt.pt")
+    """)
+    assert [line for line, _ in found] == [13]
+    assert "save_state → save_checkpoint → gather → get_model_state_dict" in found[0][1]
+
+
+def test_through_methods_of_a_class():
+    # `self.global_rank == 0` guarding `self.save`, and an instance's method called under a guard.
+    assert lines("""
+    class Trainer:
+        def __init__(self, model):
+            self.model = model
+
+        def save(self, path):
+            dcp.save(self.model.state_dict(), checkpoint_id=path)
+
+        def on_epoch_end(self):
+            if self.global_rank == 0:
+                self.save("ckpt")
+
+    trainer = Trainer(model)
+    if dist.get_rank() == 0:
+        trainer.save("ckpt")
+    """) == [11, 15]
+
+
+def test_guard_forms():
+    assert lines("""
+    rank = int(os.environ["RANK"])
+    is_main = rank == 0
+    if rank == 0:
+        dist.barrier()
+    if is_main:
+        dist.all_reduce(t)
+    if fabric.is_global_zero:
+        dist.barrier()
+    if accelerator.is_main_process and step % 100 == 0:
+        dist.barrier()
+    if not is_main:
+        pass
+    else:
+        dist.barrier()
+    if args.local_rank in (-1, 0):
+        dist.barrier()
+    """) == [5, 7, 9, 11, 15, 17]
+
+
+def test_early_return_and_decorator():
+    assert lines("""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    def log_weights(model):
+        if dist.get_rank() != 0:
+            return
+        print({name: p.full_tensor() for name, p in model.named_parameters()})
+
+    @rank_zero_only
+    def sync():
+        dist.barrier()
+
+    log_weights(model)
+    sync()
+    """) == [7, 11]
+
+
+def test_forward_of_a_sharded_module_and_fsdp1_state_dict():
+    assert lines("""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    def sample(model, x):
+        return model(x)
+
+    model = Net()
+    fully_shard(model)
+    if dist.get_rank() == 0:
+        sample(model, x)
+    legacy = Net()
+    legacy = FSDP(legacy)
+    if dist.get_rank() == 0:
+        torch.save(legacy.state_dict(), "legacy.pt")
+    """) == [10, 14]
+
+
+def test_correct_forms_stay_silent():
+    assert lines("""
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if dist.get_rank() == 0:
+        torch.save(state, "model.pt")
+    if dist.get_rank() == 0:
+        sharded = get_model_state_dict(model)  # not a full state dict: no collective
+        print(len(sharded))
+    if rank == 0:
+        dist.broadcast_object_list([path], src=0)
+    else:
+        dist.broadcast_object_list(box, src=0)
+    if args.local_rank == -1:  # not launched distributed: the same on every rank
+        dist.barrier()
+    if os.environ.get("LOCAL_RANK") is not None:
+        dist.barrier()
+    for rank in range(world_size):  # a loop variable, not this process's rank
+        if rank == 0:
+            dist.barrier()
+    if rank == 0 or step % 10 == 0:
+        dist.barrier()
+    """) == []
+
+
+def test_collective_in_another_file(tmp_path: Path):
+    (tmp_path / "checkpointing.py").write_text(textwrap.dedent("""
+        import torch.distributed.checkpoint as dcp
+
+        def save(model, path):
+            dcp.save({"model": model.state_dict()}, checkpoint_id=path)
+    """))
+    (tmp_path / "train.py").write_text(textwrap.dedent("""
+        import torch.distributed as dist
+        from checkpointing import save
+
+        def main(model):
+            if dist.get_rank() == 0:
+                save(model, "ckpt")
+    """))
+    found = [(Path(d.path).name, d.line) for d in check_paths([tmp_path], select=["FSDP203"])]
+    assert found == [("train.py", 7)]
+
+
+def test_rank0_only_state_used_on_every_rank():
+    assert lines("""
+    def save(model, path):
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        model.save_pretrained(path, state_dict=state)
+        if dist.get_rank() == 0:
+            torch.save(state, path)
+
+    def gather_everywhere(model):
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+        torch.save(state, f"rank{dist.get_rank()}.pt")
+
+    save(model, "out")
+    gather_everywhere(model)
+    """, select="FSDP204") == [4]
+
+
+def test_each_rank_reaching_one_collective_is_silent():
+    # accelerate's main_process_first: the others wait before the work, the main process after it.
+    assert lines("""
+    def main_process_first(is_main):
+        if not is_main:
+            dist.barrier()
+        yield
+        if is_main:
+            dist.barrier()
+    """) == []
