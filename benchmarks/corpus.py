@@ -66,7 +66,7 @@ def plain_class(rng: random.Random) -> list[str]:
 
 
 def plain_module(rng: random.Random, target_lines: int, siblings: list[str]) -> str:
-    lines = ['"""Generated module: plain Python with no FSDP code."""', "", "import json", "import os", "from collections import defaultdict", ""]
+    lines = ['"""Generated module: plain Python, no sharding here."""', "", "import json", "import os", "from collections import defaultdict", ""]
     if siblings:
         sibling = rng.choice(siblings)
         lines += [f"from . import {sibling}", ""]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from fsdplint.cache import Cache, FileFacts, code_fingerprint, content_hash, digest
 from fsdplint.config import Settings
-from fsdplint.noqa import OUR_PREFIX, Suppressions, parse_suppressions
+from fsdplint.noqa import NOQA_TOKEN, OUR_PREFIX, Suppressions, may_hold_our_noqa, parse_suppressions
 from fsdplint.plan import Plan, Unit, make_plan, module_name_for
 from fsdplint.rule import Finding, Rule, RuleSet, Severity
 from fsdplint.source import SourceError, SourceFile, decode_source
@@ -156,7 +156,7 @@ class Engine:
         if record is not None and record["digest"] == state:
             plan = Plan([Unit(tuple(unit), parse) for unit, parse in record["units"]])
         else:
-            plan = self._plan(list(facts), text_of, {display for display, fact in facts.items() if OUR_PREFIX in fact.tokens}, paths)
+            plan = self._plan(list(facts), text_of, {display for display, fact in facts.items() if NOQA_TOKEN in fact.tokens}, paths)
             index.set_scope(scope, {"digest": state, "units": [[list(unit.paths), unit.parse] for unit in plan.units]})
         context = digest(code_fingerprint(), sorted(self.selected_codes), self.settings.per_file_ignores)
         modules = _ModuleNames()
@@ -177,7 +177,7 @@ class Engine:
         for unit in missing:
             for display in unit.paths:
                 text_of(display)
-        for unit, found in self._run_units(missing, sources, serialize=True):
+        for unit, found in self._run_units(missing, sources, pool=True):
             cache.save_result(keys[unit], [_to_record(d) for d in found])
             diagnostics += found
         cache.save_index(index)
@@ -189,7 +189,7 @@ class Engine:
         return digest(self.watched)[:16]
 
     def _facts(self, text: str, hash: str) -> FileFacts:
-        return FileFacts(hash, [token for token in self.watched if token in text])
+        return FileFacts(hash, [token for token in self.watched if token in text] + ([NOQA_TOKEN] if may_hold_our_noqa(text) else []))
 
     def _file_problem(self, path: str, code: str, message: str, line: int = 1, column: int = 1) -> Diagnostic:
         rule = self.ruleset.by_code[code]
@@ -202,7 +202,7 @@ class Engine:
         failed_fixes: list[Diagnostic] = []
         dropped: set[tuple[str, str, int, int]] = set()
         for _ in range(MAX_FIX_PASSES if fix else 1):
-            diagnostics, parsed = self._analyze(result.sources)
+            diagnostics, parsed = self._analyze(result.sources, pool=not fix)
             result.files_parsed = max(result.files_parsed, parsed)
             result.diagnostics = diagnostics
             if not fix:
@@ -214,10 +214,10 @@ class Engine:
         result.diagnostics = sorted(problems + result.diagnostics + failed_fixes, key=Diagnostic.sort_key)
         return result
 
-    def _analyze(self, sources: dict[str, SourceFile]) -> tuple[list[Diagnostic], int]:
+    def _analyze(self, sources: dict[str, SourceFile], pool: bool) -> tuple[list[Diagnostic], int]:
         paths = {display: source.path for display, source in sources.items()}
-        plan = self._plan(list(sources), lambda display: sources[display].text, {d for d, s in sources.items() if OUR_PREFIX in s.text}, paths)
-        diagnostics = [d for _, found in self._run_units(plan.units, sources, serialize=False) for d in found]
+        plan = self._plan(list(sources), lambda display: sources[display].text, {d for d, s in sources.items() if may_hold_our_noqa(s.text)}, paths)
+        diagnostics = [d for _, found in self._run_units(plan.units, sources, pool=pool) for d in found]
         return diagnostics, len(plan.parsed)
 
     def _plan(self, displays: list[str], text_of, noqa_candidates: set[str], paths: dict[str, Path]) -> Plan:
@@ -226,14 +226,13 @@ class Engine:
         modules = _ModuleNames()
         return make_plan(sorted(displays), text_of, self.triggers, noqa_candidates, lambda display: modules(paths[display]))
 
-    def _run_units(self, units: list[Unit], sources: dict[str, SourceFile], serialize: bool) -> Iterable[tuple[Unit, list[Diagnostic]]]:
-        """Each unit's diagnostics; in worker processes when there is much to parse and `serialize` allows."""
+    def _run_units(self, units: list[Unit], sources: dict[str, SourceFile], pool: bool) -> Iterable[tuple[Unit, list[Diagnostic]]]:
+        """Each unit's diagnostics; in worker processes when there is much to parse and no fix needs the trees."""
         size = sum(len(sources[display].text) for unit in units if unit.parse for display in unit.paths)
         workers = min(self.jobs, sum(unit.parse for unit in units))
-        if not serialize or workers < 2 or size < POOL_MIN_BYTES:
+        if not pool or workers < 2 or size < POOL_MIN_BYTES:
             for unit in units:
-                found = self.analyze_unit(unit, sources)
-                yield unit, [_from_record(_to_record(d)) for d in found] if serialize else found
+                yield unit, self.analyze_unit(unit, sources)
             return
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
