@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -59,7 +60,10 @@ def _selectors(values: tuple[str, ...]) -> list[str]:
 @click.option("--force-exclude", is_flag=True, help="Apply `exclude` to files named on the command line too (pre-commit).")
 @click.option("--stdin-filename", type=click.Path(path_type=Path), help="The name of the file read from `-` (stdin).")
 @click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False), help="A pyproject.toml to read [tool.fsdplint] from.")
-def check(paths, select, extend_select, ignore, fix, unsafe_fixes, diff, output_format, show_fixes, statistics, exit_zero, quiet, force_exclude, stdin_filename, config_path) -> None:
+@click.option("--no-cache", is_flag=True, envvar="FSDPLINT_NO_CACHE", help="Read and analyze every file; neither read nor write the cache.")
+@click.option("--cache-dir", type=click.Path(path_type=Path, file_okay=False), envvar="FSDPLINT_CACHE_DIR", help="Cache folder (default: .fsdplint_cache in the project root).")
+@click.option("-v", "--verbose", is_flag=True, help="Also print, to stderr, how many files were read, parsed and served from the cache.")
+def check(paths, select, extend_select, ignore, fix, unsafe_fixes, diff, output_format, show_fixes, statistics, exit_zero, quiet, force_exclude, stdin_filename, config_path, no_cache, cache_dir, verbose) -> None:
     """Check PATHS (files or directories; default: the current directory)."""
     from fsdplint import reporters
     from fsdplint.engine import Engine
@@ -89,8 +93,18 @@ def check(paths, select, extend_select, ignore, fix, unsafe_fixes, diff, output_
         candidates = discover([p for p in paths if str(p) != "-"], settings.exclude, settings.project_root, force_exclude)
     except DiscoveryError as error:
         _fail(str(error))
-    sources, problems = engine.read(candidates, stdin_source)
-    result = engine.check(sources, problems, fix=fix or diff, unsafe_fixes=unsafe_fixes)
+    started = time.perf_counter()
+    if fix or diff or show_fixes or no_cache:  # fixes need the trees, which the cache does not keep
+        sources, problems = engine.read(candidates, stdin_source)
+        result = engine.check(sources, problems, fix=fix or diff, unsafe_fixes=unsafe_fixes)
+    else:
+        from fsdplint.cache import Cache
+
+        cache = Cache(cache_dir or settings.project_root / ".fsdplint_cache", engine.index_key())
+        result = engine.check_cached(candidates, stdin_source, cache)
+    if verbose:
+        click.echo(f"fsdplint: {len(candidates) + (stdin_source is not None)} files: {result.files_read} read, {result.files_parsed} parsed, "
+                   f"{result.files_cached} served from the cache, in {time.perf_counter() - started:.3f} s", err=True)
 
     if diff:
         patches = _patches(result)

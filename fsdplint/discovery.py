@@ -54,23 +54,29 @@ def _display(path: Path) -> str:
 
 def discover(paths: list[Path], exclude: list[str], project_root: Path, force_exclude: bool) -> list[Candidate]:
     excluded = _spec(DEFAULT_EXCLUDES + exclude)
+    # The default excludes name folders (and `*.egg-info`): no `.py` file matches them, so files are
+    # matched against the user's patterns only, and not at all when there are none.
+    excluded_files = _spec(exclude) if exclude else None
+    root = project_root.as_posix()
 
-    def is_excluded(path: Path) -> bool:
-        resolved = path.absolute()
-        try:
-            relative = resolved.relative_to(project_root).as_posix()
-        except ValueError:
-            relative = resolved.as_posix().lstrip("/")
-        name = path.name + ("/" if path.is_dir() else "")
-        return excluded.match_file(name) or excluded.match_file(relative + ("/" if path.is_dir() else ""))
+    def is_excluded(path: Path, is_dir: bool | None = None) -> bool:
+        if is_dir is None:
+            is_dir = path.is_dir()
+        spec = excluded if is_dir else excluded_files
+        if spec is None:
+            return False
+        absolute = os.path.abspath(path).replace(os.sep, "/")
+        relative = absolute[len(root) + 1:] if absolute.startswith(root + "/") else absolute.lstrip("/")
+        suffix = "/" if is_dir else ""
+        return spec.match_file(path.name + suffix) or spec.match_file(relative + suffix)
 
-    found: dict[Path, Candidate] = {}
+    found: dict[str, Candidate] = {}
     for given in paths:
         if not given.exists() and not given.is_symlink():
             raise DiscoveryError(f"{given}: no such file or directory")
         if given.is_file() or (given.is_symlink() and not given.is_dir()):
             if not (force_exclude and is_excluded(given)):
-                found.setdefault(given.absolute(), Candidate(given, _display(given)))
+                found.setdefault(os.path.abspath(given).replace(os.sep, "/"), Candidate(given, _display(given)))
             continue
         if force_exclude and is_excluded(given):
             continue
@@ -78,24 +84,20 @@ def discover(paths: list[Path], exclude: list[str], project_root: Path, force_ex
     return sorted(found.values(), key=lambda candidate: candidate.display)
 
 
-def _walk(root: Path, is_excluded, found: dict[Path, Candidate]) -> None:
+def _walk(root: Path, is_excluded, found: dict[str, Candidate]) -> None:
     seen_folders: set[tuple[int, int]] = set()
-    ignores: list[tuple[Path, pathspec.PathSpec]] = []
+    ignores: list[tuple[str, pathspec.PathSpec]] = []  # (absolute folder + "/", its .gitignore)
+    cwd = os.getcwd()
 
-    def ignored_by_git(path: Path, is_dir: bool) -> bool:
+    def ignored_by_git(absolute: str, is_dir: bool) -> bool:
         for base, spec in ignores:
-            try:
-                relative = path.relative_to(base).as_posix()
-            except ValueError:
-                continue
-            if spec.match_file(relative + ("/" if is_dir else "")):
+            if absolute.startswith(base) and spec.match_file(absolute[len(base):] + ("/" if is_dir else "")):
                 return True
         return False
 
     for folder, dirnames, filenames in os.walk(root, followlinks=True):
-        here = Path(folder)
         try:
-            stat = here.stat()
+            stat = os.stat(folder)
         except OSError:
             dirnames[:] = []
             continue
@@ -103,16 +105,20 @@ def _walk(root: Path, is_excluded, found: dict[Path, Candidate]) -> None:
             dirnames[:] = []
             continue
         seen_folders.add((stat.st_dev, stat.st_ino))
+        here = Path(folder)
+        absolute_folder = os.path.normpath(os.path.join(cwd, folder)).replace(os.sep, "/")
+        display_folder = _display(here)
         spec = _gitignore(here)
         if spec is not None:
-            ignores.append((here, spec))
+            ignores.append((absolute_folder.rstrip("/") + "/", spec))
         dirnames[:] = sorted(
-            name for name in dirnames if not is_excluded(here / name) and not ignored_by_git(here / name, True)
+            name for name in dirnames
+            if not is_excluded(here / name, True) and not ignored_by_git(f"{absolute_folder}/{name}", True)
         )
         for name in filenames:
             if not name.endswith((".py", ".pyi")):
                 continue
             path = here / name
-            if is_excluded(path) or ignored_by_git(path, False):
+            if is_excluded(path, False) or ignored_by_git(f"{absolute_folder}/{name}", False):
                 continue
-            found.setdefault(path.absolute(), Candidate(path, _display(path)))
+            found.setdefault(f"{absolute_folder}/{name}", Candidate(path, os.path.normpath(os.path.join(display_folder, name))))

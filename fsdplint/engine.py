@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import ast
 import fnmatch
-import re
+import os
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
+from fsdplint.cache import Cache, FileFacts, code_fingerprint, content_hash, digest
 from fsdplint.config import Settings
-from fsdplint.noqa import OUR_PREFIX, Suppressions, parse_suppressions
+from fsdplint.noqa import NOQA_TOKEN, OUR_PREFIX, Suppressions, may_hold_our_noqa, parse_suppressions
+from fsdplint.plan import Plan, Unit, make_plan, module_name_for
 from fsdplint.rule import Finding, Rule, RuleSet, Severity
-from fsdplint.source import SourceError, SourceFile, read_source
+from fsdplint.source import SourceError, SourceFile, decode_source
 
 if TYPE_CHECKING:
     from fsdplint.discovery import Candidate
@@ -26,6 +28,16 @@ if TYPE_CHECKING:
 
 MAX_FIX_PASSES = 10
 ALWAYS_ON = {"FSDP001", "FSDP002", "FSDP009"}  # a file that was not checked is always said
+# Below this much source to parse, starting worker processes (each imports libcst) costs more than it saves.
+POOL_MIN_BYTES = 400_000
+
+
+@dataclass(frozen=True)
+class FixSummary:
+    """What a report shows of a fix; findings served from the cache or a worker carry this, not the tree edits."""
+
+    message: str
+    safe: bool
 
 
 @dataclass(eq=False)
@@ -60,8 +72,10 @@ class Result:
     original: dict[str, SourceFile]
     files_read: int = 0
     files_parsed: int = 0
+    files_cached: int = 0  # files of units whose findings came from the cache
     fixes_applied: int = 0
     fixed: list[Diagnostic] = field(default_factory=list)  # the findings whose fixes were applied
+    plan: Plan | None = None
 
     def changed(self) -> list[tuple[SourceFile, SourceFile]]:
         return [(self.original[path], source) for path, source in self.sources.items() if source.text != self.original[path].text]
@@ -72,13 +86,21 @@ class Result:
 
 
 class Engine:
-    def __init__(self, ruleset: RuleSet, selected: list[type[Rule]], settings: Settings, line_noqa: bool = True) -> None:
+    """`prefilter=False` parses every file into one program: the reference the prefilter is tested against.
+    `line_noqa=False` leaves `# noqa` comments to the caller (flake8 applies its own)."""
+
+    def __init__(self, ruleset: RuleSet, selected: list[type[Rule]], settings: Settings, line_noqa: bool = True,
+                 prefilter: bool = True, jobs: int | None = None) -> None:
         self.ruleset = ruleset
         self.settings = settings
         self.line_noqa = line_noqa
+        self.prefilter = prefilter
+        self.jobs = jobs if jobs is not None else len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         self.selected_codes = {rule.code for rule in selected} | ALWAYS_ON
         self.rules = [rule() for rule in selected if not rule.engine_only]
         self.triggers = tuple(sorted({token for rule in self.rules for token in rule.trigger_tokens}))
+        # Tokens the file index records, for every rule so that one index serves any selection.
+        self.watched = tuple(sorted({token for rule in ruleset.rules for token in rule.trigger_tokens} | {OUR_PREFIX}))
         self._per_file_ignores = [
             (pattern, {rule.code for selector in codes for rule in ruleset.expand(selector, include_opt_in=True)})
             for pattern, codes in settings.per_file_ignores.items()
@@ -93,10 +115,85 @@ class Engine:
             sources[stdin.display] = stdin
         for candidate in candidates:
             try:
-                sources[candidate.display] = read_source(candidate.path, candidate.display)
+                sources[candidate.display] = _read(candidate)[0]
             except SourceError as error:
                 problems.append(self._file_problem(candidate.display, "FSDP002", str(error)))
         return sources, problems
+
+    def check_cached(self, candidates: list[Candidate], stdin: SourceFile | None, cache: Cache) -> Result:
+        """`check` without fixes, reading only changed files and analyzing only changed units."""
+        index = cache.load_index()
+        sources: dict[str, SourceFile] = {}
+        facts: dict[str, FileFacts] = {}
+        paths: dict[str, Path] = {}
+        problems: list[Diagnostic] = []
+        if stdin is not None:
+            sources[stdin.display] = stdin
+            facts[stdin.display] = self._facts(stdin.text, content_hash(stdin.encode(stdin.text)))
+            paths[stdin.display] = stdin.path
+        for candidate in candidates:
+            absolute = os.path.abspath(candidate.path)
+            try:
+                stat = os.stat(candidate.path)
+                known = index.lookup(absolute, stat)
+                if known is None:
+                    recorded = cache.now_ns()  # stat before read: a later edit changes the signature
+                    source, data = _read(candidate)
+                    known = self._facts(source.text, content_hash(data))
+                    sources[candidate.display] = source
+                    index.record(absolute, stat, recorded, known)
+            except (OSError, SourceError) as error:
+                message = str(error) if isinstance(error, SourceError) else f"cannot read: {error.strerror or error}"
+                problems.append(self._file_problem(candidate.display, "FSDP002", message))
+                continue
+            facts[candidate.display] = known
+            paths[candidate.display] = candidate.path
+
+        def text_of(display: str) -> str:
+            if display not in sources:
+                sources[display] = _read(_Candidate(paths[display], display))[0]
+            return sources[display].text
+
+        scope = digest(self.triggers, self.prefilter, sorted((display, os.path.abspath(path)) for display, path in paths.items()))
+        state = digest(sorted((display, fact.hash) for display, fact in facts.items()))
+        record = index.scopes.get(scope)
+        if record is not None and record["digest"] == state:
+            plan = Plan([Unit(tuple(unit), parse) for unit, parse in record["units"]])
+        else:
+            plan = self._plan(list(facts), text_of, {display for display, fact in facts.items() if NOQA_TOKEN in fact.tokens}, paths)
+            index.set_scope(scope, {"digest": state, "units": [[list(unit.paths), unit.parse] for unit in plan.units]})
+        context = digest(code_fingerprint(), sorted(self.selected_codes), self.settings.per_file_ignores)
+        modules = _ModuleNames()
+        keys = {
+            unit: digest(context, unit.parse, [(display, modules(paths[display]) if unit.parse else "", facts[display].hash) for display in unit.paths])
+            for unit in plan.units
+        }
+        diagnostics: list[Diagnostic] = []
+        missing: list[Unit] = []
+        cached_files = 0
+        for unit in plan.units:
+            stored = cache.load_result(keys[unit])
+            if stored is None:
+                missing.append(unit)
+            else:
+                diagnostics += [_from_record(item) for item in stored]
+                cached_files += len(unit.paths)
+        for unit in missing:
+            for display in unit.paths:
+                text_of(display)
+        for unit, found in self._run_units(missing, sources, pool=True):
+            cache.save_result(keys[unit], [_to_record(d) for d in found])
+            diagnostics += found
+        cache.save_index(index)
+        return Result(diagnostics=sorted(problems + diagnostics, key=Diagnostic.sort_key), sources=sources, original=dict(sources), plan=plan,
+                      files_read=len(sources) + len(problems), files_parsed=sum(len(u.paths) for u in missing if u.parse), files_cached=cached_files)
+
+    def index_key(self) -> str:
+        """What the file index depends on: the tokens it records."""
+        return digest(self.watched)[:16]
+
+    def _facts(self, text: str, hash: str) -> FileFacts:
+        return FileFacts(hash, [token for token in self.watched if token in text] + ([NOQA_TOKEN] if may_hold_our_noqa(text) else []))
 
     def _file_problem(self, path: str, code: str, message: str, line: int = 1, column: int = 1) -> Diagnostic:
         rule = self.ruleset.by_code[code]
@@ -109,7 +206,7 @@ class Engine:
         failed_fixes: list[Diagnostic] = []
         dropped: set[tuple[str, str, int, int]] = set()
         for _ in range(MAX_FIX_PASSES if fix else 1):
-            diagnostics, parsed = self._analyze(result.sources)
+            diagnostics, parsed = self._analyze(result.sources, pool=not fix)
             result.files_parsed = max(result.files_parsed, parsed)
             result.diagnostics = diagnostics
             if not fix:
@@ -121,23 +218,48 @@ class Engine:
         result.diagnostics = sorted(problems + result.diagnostics + failed_fixes, key=Diagnostic.sort_key)
         return result
 
-    def _analyze(self, sources: dict[str, SourceFile]) -> tuple[list[Diagnostic], int]:
-        to_parse = [path for path, source in sources.items() if any(token in source.text for token in self.triggers)]
+    def _analyze(self, sources: dict[str, SourceFile], pool: bool) -> tuple[list[Diagnostic], int]:
+        paths = {display: source.path for display, source in sources.items()}
+        plan = self._plan(list(sources), lambda display: sources[display].text, {d for d, s in sources.items() if may_hold_our_noqa(s.text)}, paths)
+        diagnostics = [d for _, found in self._run_units(plan.units, sources, pool=pool) for d in found]
+        return diagnostics, len(plan.parsed)
+
+    def _plan(self, displays: list[str], text_of, noqa_candidates: set[str], paths: dict[str, Path]) -> Plan:
+        if not self.prefilter:
+            return Plan([Unit(tuple(sorted(displays)))] if displays else [])
+        modules = _ModuleNames()
+        return make_plan(sorted(displays), text_of, self.triggers, noqa_candidates, lambda display: modules(paths[display]))
+
+    def _run_units(self, units: list[Unit], sources: dict[str, SourceFile], pool: bool) -> Iterable[tuple[Unit, list[Diagnostic]]]:
+        """Each unit's diagnostics; in worker processes when there is much to parse and no fix needs the trees."""
+        size = sum(len(sources[display].text) for unit in units if unit.parse for display in unit.paths)
+        workers = min(self.jobs, sum(unit.parse for unit in units))
+        if not pool or workers < 2 or size < POOL_MIN_BYTES:
+            for unit in units:
+                yield unit, self.analyze_unit(unit, sources)
+            return
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+        # Largest first, so that the last unit to finish is a small one.
+        order = sorted(units, key=lambda unit: -sum(len(sources[d].text) for d in unit.paths))
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
+                                 initargs=(self.ruleset, sorted(self.selected_codes), self.settings)) as pool:
+            futures = [(unit, pool.submit(_analyze_in_worker, unit, {d: sources[d] for d in unit.paths})) for unit in order]
+            for unit, future in futures:
+                yield unit, [_from_record(item) for item in future.result()]
+
+    def analyze_unit(self, unit: Unit, sources: dict[str, SourceFile]) -> list[Diagnostic]:
+        """The suppressed diagnostics of one unit: a program built from its files, or its `# noqa` comments."""
+        unit_sources = {display: sources[display] for display in unit.paths}
         diagnostics: list[Diagnostic] = []
-        models: dict[str, FileModel] = {}
-        if to_parse:
-            models, syntax_errors = self._parse(sources, to_parse)
-            diagnostics += syntax_errors
-            # Files with no trigger token that call functions the parsed files define (a trainer
-            # calling its parallelize function) join the model too.
-            callers = self._callers_of(models, sources, set(to_parse))
-            more, syntax_errors = self._parse(sources, callers)
-            models.update(more)
-            diagnostics += syntax_errors
-        findings = self._run_rules(list(models.values()), diagnostics) if models else []
-        diagnostics += self._to_diagnostics(findings)
-        diagnostics = self._suppress(sources, diagnostics)
-        return diagnostics, len(models)
+        if unit.parse:
+            models, diagnostics = self._parse(unit_sources, list(unit.paths))
+            if models:
+                findings = self._run_rules(list(models.values()), diagnostics)
+                diagnostics += self._to_diagnostics(findings)
+        return self._suppress(unit_sources, diagnostics)
 
     def _parse(self, sources: dict[str, SourceFile], paths: list[str]) -> tuple[dict[str, FileModel], list[Diagnostic]]:
         import libcst as cst
@@ -169,13 +291,6 @@ class Engine:
             except RecursionError:
                 errors.append(self._file_problem(path, "FSDP001", "the file is nested too deeply to analyze"))
         return models, errors
-
-    def _callers_of(self, models: dict[str, FileModel], sources: dict[str, SourceFile], parsed: set[str]) -> list[str]:
-        names = sorted({name for model in models.values() for name in _top_level_functions_with(model.source.text, self.triggers)})
-        if not names:
-            return []
-        pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, names)) + r")\s*\(")
-        return [path for path, source in sources.items() if path not in parsed and pattern.search(source.text)]
 
     def _run_rules(self, files: list[FileModel], diagnostics: list[Diagnostic]) -> list[Finding]:
         from fsdplint.model import Program
@@ -333,16 +448,51 @@ def _python_syntax_error(text: str) -> str | SyntaxError | None:
     return None
 
 
-_TOP_LEVEL = re.compile(r"^(?:async\s+)?def\s+(\w+)|^[^\s#]", re.M)
+@dataclass(frozen=True)
+class _Candidate:
+    path: Path
+    display: str
 
 
-def _top_level_functions_with(text: str, tokens: tuple[str, ...]) -> list[str]:
-    """Names of top-level functions whose text holds one of `tokens` (from the text, no codegen)."""
-    names = []
-    matches = list(_TOP_LEVEL.finditer(text))
-    for match, following in zip(matches, matches[1:] + [None]):
-        if match.group(1):
-            body = text[match.start():following.start() if following else len(text)]
-            if any(token in body for token in tokens):
-                names.append(match.group(1))
-    return names
+def _read(candidate) -> tuple[SourceFile, bytes]:
+    try:
+        data = Path(candidate.path).read_bytes()
+    except OSError as error:
+        raise SourceError(f"cannot read: {error.strerror or error}") from None
+    return decode_source(data, Path(candidate.path), candidate.display), data
+
+
+class _ModuleNames:
+    """`module_name_for`, remembering which folders are packages."""
+
+    def __init__(self) -> None:
+        self.names: dict[Path, str] = {}
+
+    def __call__(self, path: Path) -> str:
+        if path not in self.names:
+            self.names[path] = module_name_for(path)
+        return self.names[path]
+
+
+def _to_record(diagnostic: Diagnostic) -> dict:
+    record = {name: value for name, value in asdict(replace(diagnostic, fix=None, file=None)).items() if name not in ("fix", "file")}
+    record["severity"] = diagnostic.severity.value
+    record["fix"] = None if diagnostic.fix is None else [diagnostic.fix.message, diagnostic.fix.safe]
+    return record
+
+
+def _from_record(record: dict) -> Diagnostic:
+    fix = record["fix"]
+    return Diagnostic(**{**record, "severity": Severity(record["severity"]), "fix": FixSummary(*fix) if fix else None})
+
+
+_worker_engine: Engine | None = None
+
+
+def _start_worker(ruleset: RuleSet, codes: list[str], settings: Settings) -> None:
+    global _worker_engine
+    _worker_engine = Engine(ruleset, [ruleset.by_code[code] for code in codes], settings, jobs=1)
+
+
+def _analyze_in_worker(unit: Unit, sources: dict[str, SourceFile]) -> list[dict]:
+    return [_to_record(d) for d in _worker_engine.analyze_unit(unit, sources)]

@@ -34,6 +34,7 @@ import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from fsdplint import distributed
+from fsdplint.plan import module_name_for
 from fsdplint.source import SourceFile
 
 FULLY_SHARD = "torch.distributed.fsdp.fully_shard"
@@ -355,16 +356,6 @@ class FileModel:
         if self._positions is None:
             self._positions = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
         return self._positions[node]
-
-
-def module_name_for(path: Path) -> str:
-    """`pkg/sub/mod.py` -> `pkg.sub.mod`, walking up while the folder is a package."""
-    parts = [path.stem] if path.stem != "__init__" else []
-    folder = path.resolve().parent
-    while (folder / "__init__.py").exists():
-        parts.insert(0, folder.name)
-        folder = folder.parent
-    return ".".join(parts)
 
 
 def build_file_model(source: SourceFile, module: cst.Module) -> FileModel:

@@ -14,6 +14,13 @@ from dataclasses import dataclass, field
 _LINE_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*))?", re.I)
 _FILE_NOQA = re.compile(r"^#\s*fsdplint:\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*))?", re.I)
 OUR_PREFIX = "FSDP"
+NOQA_TOKEN = "noqa"  # what the file index records for a file `may_hold_our_noqa` accepts
+_ANY_NOQA = re.compile("noqa", re.I)
+
+
+def may_hold_our_noqa(text: str) -> bool:
+    """A cheap test: only such a file can hold a `# noqa` that fsdplint must check (FSDP003, FSDP004)."""
+    return OUR_PREFIX in text and _ANY_NOQA.search(text) is not None
 
 
 @dataclass
