@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import os
 import re
 import traceback
 from dataclasses import dataclass, field, replace
@@ -22,7 +23,7 @@ from fsdplint.source import SourceError, SourceFile, read_source
 if TYPE_CHECKING:
     from fsdplint.discovery import Candidate
     from fsdplint.fixes import Fix
-    from fsdplint.model import FileModel
+    from fsdplint.model import FileModel, Program
 
 MAX_FIX_PASSES = 10
 ALWAYS_ON = {"FSDP001", "FSDP002", "FSDP009"}  # a file that was not checked is always said
@@ -162,11 +163,24 @@ class Engine:
             except RecursionError:
                 errors.append(self._file_problem(path, "FSDP001", "the file is nested too deeply to parse"))
                 continue
+            except Exception as error:  # a libcst bug on one file must not stop the others
+                errors.append(self._internal_error(path, "parsing with libcst", error))
+                continue
             try:
                 models[path] = build_file_model(source, module)
             except RecursionError:
                 errors.append(self._file_problem(path, "FSDP001", "the file is nested too deeply to analyze"))
+            except Exception as error:
+                errors.append(self._internal_error(path, "the semantic model", error))
         return models, errors
+
+    def _internal_error(self, path: str, what: str, error: BaseException) -> Diagnostic:
+        frames = traceback.extract_tb(error.__traceback__)
+        # The deepest frame of fsdplint's own code says more than one inside libcst.
+        ours = [f for f in frames if "fsdplint" in f.filename or f"{os.sep}rules{os.sep}" in f.filename]
+        frame = (ours or frames or [None])[-1]
+        where = f" (at {Path(frame.filename).name}:{frame.lineno})" if frame else ""
+        return self._file_problem(path, "FSDP009", f"{what} failed on this file: {type(error).__name__}: {error}{where}")
 
     def _callers_of(self, models: dict[str, FileModel], sources: dict[str, SourceFile], parsed: set[str]) -> list[str]:
         names = sorted({name for model in models.values() for name in _top_level_functions_with(model.source.text, self.triggers)})
@@ -176,21 +190,49 @@ class Engine:
         return [path for path, source in sources.items() if path not in parsed and pattern.search(source.text)]
 
     def _run_rules(self, files: list[FileModel], diagnostics: list[Diagnostic]) -> list[Finding]:
+        """Every rule over the program. An internal error is reported (FSDP009) against the file and
+        rule it happened in, and every other file and rule is still checked."""
         from fsdplint.model import Program
 
-        program = Program(files)
+        try:
+            programs = [Program(files)]
+        except Exception:
+            # The model failed on some file: model each file alone (losing only calls across files).
+            programs = []
+            for file in files:
+                try:
+                    programs.append(Program([file]))
+                except Exception as error:
+                    diagnostics.append(self._internal_error(file.display, "the semantic model", error))
         findings: list[Finding] = []
-        for rule in self.rules:
+        for program in programs:
+            for rule in self.rules:
+                findings += self._check_isolated(rule, program, diagnostics)
+        return findings
+
+    def _check_isolated(self, rule: Rule, program: Program, diagnostics: list[Diagnostic]) -> list[Finding]:
+        """The rule's findings; when it fails, it runs again file by file to find where."""
+        try:
+            return self._located(rule, program)
+        except Exception as error:
+            if len(program.files) == 1:
+                diagnostics.append(self._internal_error(program.files[0].display, rule.code, error))
+                return []
+        findings: list[Finding] = []
+        for file in program.files:
             try:
-                for finding in rule.check(program):
-                    finding.rule_code = rule.code
-                    findings.append(finding)
-            except Exception as error:  # one broken rule must not hide the others' findings
-                frame = traceback.extract_tb(error.__traceback__)[-1]
-                diagnostics.append(self._file_problem(
-                    files[0].display, "FSDP009",
-                    f"{rule.code} failed: {type(error).__name__}: {error} (at {Path(frame.filename).name}:{frame.lineno})",
-                ))
+                findings += self._located(rule, program.only(file))
+            except Exception as error:
+                diagnostics.append(self._internal_error(file.display, rule.code, error))
+        return findings
+
+    @staticmethod
+    def _located(rule: Rule, program: Program) -> list[Finding]:
+        """The rule's findings, each with its position resolved (a node outside the tree fails here)."""
+        findings = list(rule.check(program))
+        for finding in findings:
+            finding.rule_code = rule.code
+            finding.file.position(finding.node)
         return findings
 
     def _to_diagnostics(self, findings: list[Finding]) -> list[Diagnostic]:
@@ -263,8 +305,6 @@ class Engine:
     # fixing
 
     def _apply_fixes(self, result: Result, diagnostics: list[Diagnostic], unsafe_fixes: bool, dropped: set, failed: list[Diagnostic]) -> int:
-        from fsdplint.fixes import apply_fixes
-
         applied = 0
         by_file: dict[str, list[Diagnostic]] = {}
         for diagnostic in diagnostics:
@@ -280,23 +320,39 @@ class Engine:
                 if not nodes & touched:  # a conflicting fix waits for the next pass
                     chosen.append(diagnostic)
                     touched |= nodes
-            text = apply_fixes(model, [d.fix for d in chosen])
-            if not _parses(text):
-                # Keep the fixes that parse on their own; drop and report the others.
+            text, _ = _fixed_text(model, chosen)
+            if text is None:
+                # Keep the fixes that work and parse on their own; drop and report the others.
                 good = []
                 for diagnostic in chosen:
-                    if _parses(apply_fixes(model, [d.fix for d in good + [diagnostic]])):
+                    text, error = _fixed_text(model, good + [diagnostic])
+                    if text is not None:
                         good.append(diagnostic)
+                        continue
+                    dropped.add((diagnostic.path, diagnostic.code, diagnostic.line, diagnostic.column))
+                    if error is not None:
+                        failed.append(self._internal_error(path, f"the fix of {diagnostic.code}", error))
                     else:
-                        dropped.add((diagnostic.path, diagnostic.code, diagnostic.line, diagnostic.column))
                         failed.append(replace(diagnostic, code="FSDP005", name=self.ruleset.by_code["FSDP005"].name, severity=Severity.ERROR, fix=None,
                                               message=f"The fix for {diagnostic.code} was dropped: its output would not parse"))
                 chosen = good
-                text = apply_fixes(model, [d.fix for d in chosen])
+                text = _fixed_text(model, chosen)[0] if chosen else None
             if chosen and text != result.sources[path].text:
                 result.sources[path] = replace(result.sources[path], text=text)
                 applied += len(chosen)
         return applied
+
+
+def _fixed_text(model: FileModel, diagnostics: list[Diagnostic]) -> tuple[str | None, Exception | None]:
+    """The file with these diagnostics' fixes applied: (text, None) when it parses, (None, None) when it
+    does not, (None, error) when a fix raised."""
+    from fsdplint import fixes
+
+    try:
+        text = fixes.apply_fixes(model, [d.fix for d in diagnostics])
+    except Exception as error:
+        return None, error
+    return (text, None) if _parses(text) else (None, None)
 
 
 def _parses(text: str) -> bool:

@@ -16,6 +16,7 @@ statements, not with LibCST's ScopeProvider/QualifiedNameProvider, which cost ab
 from __future__ import annotations
 
 import builtins
+import copy
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -399,6 +400,13 @@ class Program:
             event.index = index
         return flow
 
+    def only(self, file: FileModel) -> Program:
+        """This program seen from one file: its flows only (callees from other files stay inlined)."""
+        view = copy.copy(self)
+        view.files = [file]
+        view.flows = [flow for flow in self.flows if flow.file is file]
+        return view
+
     def next_call_id(self) -> int:
         return next(self._call_ids)
 
@@ -454,8 +462,10 @@ class _Walker:
             for statement in suite.body:
                 self.statement(statement, parents)
         elif isinstance(suite, cst.SimpleStatementSuite):
+            # `if x: a(); b()`: the compound statement holds them; `def f(): a()`: the def itself.
+            holder, outer = (parents[-1], parents[:-1]) if parents else (self.function.node, ())
             for small in suite.body:
-                self.small_statement(small, parents[-1], parents[:-1])
+                self.small_statement(small, holder, outer)
 
     def statement(self, node: cst.CSTNode, parents: tuple[cst.CSTNode, ...]) -> None:
         inner = parents + (node,)
