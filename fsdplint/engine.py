@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from fsdplint.model import FileModel, Program
 
 MAX_FIX_PASSES = 10
+# LibCST needs ~10 s and 500 MB for 1 MB of Python and grows faster than linearly (4 MB: minutes, GBs);
+# hand-written training code is far smaller. A larger file holding a trigger token is reported, not parsed.
+MAX_PARSE_CHARS = 1_000_000
 ALWAYS_ON = {"FSDP001", "FSDP002", "FSDP009"}  # a file that was not checked is always said
 
 
@@ -61,7 +64,11 @@ class Result:
     original: dict[str, SourceFile]
     files_read: int = 0
     files_parsed: int = 0
-    fixes_applied: int = 0
+    fixes_by_path: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def fixes_applied(self) -> int:
+        return sum(self.fixes_by_path.values())
 
     def changed(self) -> list[tuple[SourceFile, SourceFile]]:
         return [(self.original[path], source) for path, source in self.sources.items() if source.text != self.original[path].text]
@@ -116,7 +123,6 @@ class Engine:
             applied = self._apply_fixes(result, diagnostics, unsafe_fixes, dropped, failed_fixes)
             if not applied:
                 break
-            result.fixes_applied += applied
         result.diagnostics = sorted(problems + result.diagnostics + failed_fixes, key=Diagnostic.sort_key)
         return result
 
@@ -147,6 +153,9 @@ class Engine:
         errors: list[Diagnostic] = []
         for path in paths:
             source = sources[path]
+            if len(source.text) > MAX_PARSE_CHARS:
+                errors.append(self._file_problem(path, "FSDP002", f"too large to analyze ({len(source.text):,} characters; the limit is {MAX_PARSE_CHARS:,})"))
+                continue
             python_error = _python_syntax_error(source.text)
             if isinstance(python_error, str):
                 errors.append(self._file_problem(path, "FSDP001", python_error))
@@ -339,8 +348,18 @@ class Engine:
                 text = _fixed_text(model, chosen)[0] if chosen else None
             if chosen and text != result.sources[path].text:
                 result.sources[path] = replace(result.sources[path], text=text)
+                result.fixes_by_path[path] = result.fixes_by_path.get(path, 0) + len(chosen)
                 applied += len(chosen)
         return applied
+
+    def unfix(self, result: Result, paths: list[str]) -> Result:
+        """The result with these files as they were (their fix could not be written): their own
+        findings come back, and their fixes are not counted."""
+        unfixed = self.check(result.original, [], fix=False)
+        diagnostics = [d for d in result.diagnostics if d.path not in paths] + [d for d in unfixed.diagnostics if d.path in paths]
+        sources = {path: result.original[path] if path in paths else source for path, source in result.sources.items()}
+        fixes = {path: count for path, count in result.fixes_by_path.items() if path not in paths}
+        return replace(result, diagnostics=sorted(diagnostics, key=Diagnostic.sort_key), sources=sources, fixes_by_path=fixes)
 
 
 def _fixed_text(model: FileModel, diagnostics: list[Diagnostic]) -> tuple[str | None, Exception | None]:
