@@ -300,7 +300,57 @@ def odd_whitespace(draw: Draw, module: cst.Module) -> cst.Module:
     return _replace_suite_body(module, suite, blank if kind == "blank" else semicolon)
 
 
-MUTATIONS = [rename_variable, alias_import, nest, swap_statements, add_comment, odd_whitespace]
+# FSDP code in odd places and shapes, so that the rules and their fixes meet them.
+FSDP_SNIPPETS = [
+    "fully_shard(model)\n",
+    "fully_shard(model.layers[0])\n",
+    "fully_shard(model.layers)\n",
+    "for b in model.layers: fully_shard(b); fully_shard(b)\n",
+    "model.forward(x)\n",
+    "model.forward(x).sum().backward()\n",
+    "out = model.forward(x) if x is not None else model.forward(y)\n",
+    "f = lambda: model.forward(x)\n",
+    "ys = [model.forward(i) for i in range(2)]\n",
+    'print(f"{model.forward(x)}")\n',
+    "if (out := model.forward(x)) is not None: pass\n",
+    "def g(a=model.forward(x)): pass\n",
+    "@decorate(model.forward(x))\ndef h(): pass\n",
+    "async def a(): await model.forward(x)\n",
+    "assert model.forward(x) is not None\n",
+    "match x:\n    case 1:\n        model.forward(x)\n",
+    "try:\n    pass\nexcept* ValueError:\n    model.forward(x)\n",
+    "with model.no_sync():\n    model(x)\n",
+    "with model.no_sync(), open('f'):\n    pass\n",
+    "with model.no_sync() as s:\n    pass\n",
+    "with (model.no_sync()):\n    model(x)  # comment\n",
+    "with model.no_sync(): model(x); model(y)\n",
+    "async def b():\n    async with model.no_sync():\n        pass\n",
+    "model.clip_grad_norm_(1.0)\n",
+    "model.set_requires_gradient_sync(False)\n",
+    "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)\n",
+    "optimizer.step()\n",
+    "model(x)\n",
+    "model.reshard()\n",
+    "torch.save(model.state_dict(), 'p.pt')\n",
+    "torch.save({'model': model.state_dict(), 'optim': optimizer.state_dict()}, path)\n",
+    "if dist.get_rank() == 0: torch.save(model.state_dict(), 'p.pt')\n",
+    "clone = copy.deepcopy(model)\n",
+    "model = Net(device='meta')\n",
+    "model.to_empty(device='cpu')\n",
+    "FullyShardedDataParallel.summon_full_params(model)\n",
+    "del model.layers[0]\n",
+    "model.layers[0] = nn.Linear(2, 2)\n",
+]
+
+
+def insert_fsdp_code(draw: Draw, module: cst.Module) -> cst.Module:
+    suite = draw(st.sampled_from(_suites(module)))
+    index = draw(st.integers(0, len(suite.body)))
+    statements = list(cst.parse_module(draw(st.sampled_from(FSDP_SNIPPETS))).body)
+    return _replace_suite_body(module, suite, lambda body: body[:index] + statements + body[index:])
+
+
+MUTATIONS = [rename_variable, alias_import, nest, swap_statements, add_comment, odd_whitespace, insert_fsdp_code]
 
 
 def _lines(text: str) -> list[str]:
@@ -344,67 +394,88 @@ def assert_changes_only_named_nodes(file: FileModel, fix: Fix, fixed: str) -> No
     """Every line that differs between the file and `fixed` belongs to a node the fix names.
 
     A replaced node may change its own lines (and on a one-line node, only its own columns); an
-    inserted statement may only appear next to the statement it is inserted before or after (with
-    blank and comment lines between); a moved statement may leave its place (with the comment lines
-    above it) and appear after its anchor; an added import may appear as a line of its own.
+    inserted statement may only appear next to the statement it is inserted before or after (past
+    blank and comment lines); a moved statement (with the comment lines it owns) must appear, unchanged,
+    after its anchor; an added import may appear as a line of its own. Everything else is compared
+    byte for byte.
     """
     before = _lines(file.source.text)
     after = _lines(fixed)
     changeable: set[int] = set()  # 0-based lines of `before` that may change or go
     insertable: set[int] = set()  # 0-based line boundaries (insert before line i) where lines may appear
     columns: dict[int, list[tuple[int, int]]] = {}  # line -> spans of one-line replaced nodes
+    moved: set[int] = set()
     imports = any(isinstance(op, AddImport) for op in fix.operations)
 
     def span(node: cst.CSTNode) -> tuple[int, int]:
         position = file.position(node)
-        return position.start.line - 1, position.end.line - 1
+        first = position.start.line - 1 - len(getattr(node, "leading_lines", ()))
+        return first, position.end.line - 1
 
-    def padding_above(first: int) -> int:
-        while first > 0 and before[first - 1].strip()[:1] in ("", "#"):
-            first -= 1
-        return first
-
-    def padding_below(last: int) -> int:
-        while last + 1 < len(before) and before[last + 1].strip()[:1] in ("", "#"):
+    def padding_below(last: int, lines: list[str]) -> int:
+        while last + 1 < len(lines) and lines[last + 1].strip()[:1] in ("", "#"):
             last += 1
         return last
 
     for operation in fix.operations:
         if isinstance(operation, Replace):
-            first, last = span(operation.node)
+            position = file.position(operation.node)
+            first, last = position.start.line - 1, position.end.line - 1
             changeable.update(range(first, last + 1))
             insertable.update(range(first, last + 2))
             if first == last:
-                position = file.position(operation.node)
                 columns.setdefault(first, []).append((position.start.column, position.end.column))
         elif isinstance(operation, InsertBefore):
             first, _ = span(operation.statement)
-            insertable.update(range(padding_above(first), first + 1))
+            insertable.update(range(first, file.position(operation.statement).start.line))
         elif isinstance(operation, InsertAfter):
             _, last = span(operation.statement)
-            insertable.update(range(last + 1, padding_below(last) + 2))
+            insertable.update(range(last + 1, padding_below(last, before) + 2))
         elif isinstance(operation, MoveAfter):
             first, last = span(operation.statement)
-            changeable.update(range(padding_above(first), last + 1))
+            block = before[first:last + 1]
             _, anchor_last = span(operation.anchor)
-            insertable.update(range(anchor_last + 1, padding_below(anchor_last) + 2))
+            anchor = before[anchor_last]
+            # In `fixed`, the block follows the anchor's last line (past blank and comment lines).
+            landing = [k for k in range(1, len(after) - len(block) + 1)
+                       if after[k:k + len(block)] == block and after[_last_code_line(after, k)] == anchor]
+            if not landing:
+                raise ChangedOutsideFix(f"the moved statement is not right after its anchor:\n{''.join(block)}")
+            after = after[:landing[0]] + after[landing[0] + len(block):]
+            moved.update(range(first, last + 1))
+
+    kept = [i for i in range(len(before)) if i not in moved]  # lines of `before` left after the moves
+    remaining = [before[i] for i in kept]
+
+    def original_boundaries(k: int) -> set[int]:
+        """The boundaries of `before` that boundary k of `remaining` stands for (moves join some)."""
+        low = kept[k - 1] + 1 if k > 0 else 0
+        high = kept[k] if k < len(kept) else len(before)
+        return set(range(low, high + 1))
 
     def is_import(line: str) -> bool:
         return line.lstrip().startswith(("from ", "import "))
 
-    matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
+    matcher = difflib.SequenceMatcher(None, remaining, after, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             continue
-        gone = set(range(i1, i2)) - changeable
-        inserted_ok = i1 in insertable or i2 in insertable or (imports and all(is_import(line) for line in after[j1:j2]))
+        gone = {kept[i] for i in range(i1, i2)} - changeable
         if tag in ("delete", "replace") and gone:
-            raise ChangedOutsideFix(f"lines {sorted(n + 1 for n in gone)} changed outside the fix's nodes:\n{''.join(before[i1:i2])}->\n{''.join(after[j1:j2])}")
-        if tag == "insert" and not inserted_ok:
-            raise ChangedOutsideFix(f"lines inserted at line {i1 + 1}, away from the fix's nodes:\n{''.join(after[j1:j2])}")
+            raise ChangedOutsideFix(f"lines {sorted(n + 1 for n in gone)} changed outside the fix's nodes:\n{''.join(remaining[i1:i2])}->\n{''.join(after[j1:j2])}")
+        boundaries = original_boundaries(i1) | original_boundaries(i2)
+        if tag == "insert" and not (boundaries & insertable or imports and all(is_import(line) for line in after[j1:j2])):
+            raise ChangedOutsideFix(f"lines inserted at line {kept[i1] + 1 if i1 < len(kept) else len(before)}, away from the fix's nodes:\n{''.join(after[j1:j2])}")
         if tag == "replace" and i2 - i1 == j2 - j1:
-            for old, new in zip(before[i1:i2], after[j1:j2]):
-                for start, end in columns.get(i1, []):
+            for offset, (old, new) in enumerate(zip(remaining[i1:i2], after[j1:j2])):
+                for start, end in columns.get(kept[i1 + offset], []):
                     if not (new.startswith(old[:start]) and new.endswith(old[end:])):
-                        raise ChangedOutsideFix(f"line {i1 + 1} changed outside columns {start}-{end}:\n{old}->\n{new}")
-                i1 += 1
+                        raise ChangedOutsideFix(f"line {kept[i1 + offset] + 1} changed outside columns {start}-{end}:\n{old}->\n{new}")
+
+
+def _last_code_line(lines: list[str], k: int) -> int:
+    """The index of the last line before k that is not blank or a comment (or 0)."""
+    k -= 1
+    while k > 0 and lines[k].strip()[:1] in ("", "#"):
+        k -= 1
+    return k

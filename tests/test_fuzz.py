@@ -119,3 +119,32 @@ def test_mutated_fixtures(fixture: tuple[str, str]) -> None:
             assert python_accepts(fixed), f"{diagnostic.code} fix does not parse:\n{fixed}"
             assert_changes_only_named_nodes(diagnostic.file, diagnostic.fix, fixed)
     assert_fix_sound(pipeline(text.encode(), fix=True))
+
+
+def test_the_proof_catches_changes_outside_the_fix() -> None:
+    """The check the fuzzer relies on is not vacuous: it rejects a change next to a correct fix."""
+    import pytest
+    from fuzzing import BAD_FIXTURES, ChangedOutsideFix
+
+    forward = next(path for path in BAD_FIXTURES if path.parent.name == "FSDP103").read_text()
+    result = pipeline(forward.encode(), fix=False)
+    diagnostic = next(d for d in result.diagnostics if d.code == "FSDP103")
+    fixed = apply_fixes(diagnostic.file, [diagnostic.fix])
+    assert_changes_only_named_nodes(diagnostic.file, diagnostic.fix, fixed)
+    for tampered in [
+        fixed.replace("losses = []", "losses = [] "),  # another line
+        fixed.replace("out = model(x)", "out  = model(x)"),  # the same line, outside the node
+        fixed.replace("  # expect: FSDP103", ""),  # the comment after the node
+        fixed.replace("optimizer.step()\n", "optimizer.step()\n    pass\n"),  # a line inserted elsewhere
+    ]:
+        assert tampered != fixed
+        with pytest.raises(ChangedOutsideFix):
+            assert_changes_only_named_nodes(diagnostic.file, diagnostic.fix, tampered)
+
+    order = next(path for path in BAD_FIXTURES if path.parent.name == "FSDP102").read_text()
+    result = pipeline(order.encode(), fix=False)
+    diagnostic = next(d for d in result.diagnostics if d.code == "FSDP102")
+    moved = apply_fixes(diagnostic.file, [diagnostic.fix])
+    assert_changes_only_named_nodes(diagnostic.file, diagnostic.fix, moved)
+    with pytest.raises(ChangedOutsideFix):  # the moved statement lands somewhere else
+        assert_changes_only_named_nodes(diagnostic.file, diagnostic.fix, order.replace("fully_shard(model, mesh=mesh)\n", "").replace("before = ", "fully_shard(model, mesh=mesh)\nbefore = "))
