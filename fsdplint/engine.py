@@ -163,7 +163,11 @@ class Engine:
             try:
                 module = cst.parse_module(source.text)
             except cst.ParserSyntaxError as error:
-                if python_error is not None and python_error.lineno:
+                if python_error is None:
+                    # Valid Python that libcst cannot parse (e.g. a line continuation at the end of
+                    # the file): not a syntax error, but the file cannot be checked.
+                    errors.append(self._file_problem(path, "FSDP002", f"libcst cannot parse this file, though Python can: {error.message}", error.raw_line, error.raw_column + 1))
+                elif python_error.lineno:
                     # CPython's message and position are exact; libcst's can point past the error.
                     errors.append(self._file_problem(path, "FSDP001", f"SyntaxError: {python_error.msg}", python_error.lineno, python_error.offset or 1))
                 else:

@@ -44,8 +44,9 @@ class UnreadableFile(Rule):
     """
     ## What it does
     Reports a file that cannot be read as Python source: binary content, bytes that are not valid
-    in the file's encoding, or a read error; and a file with an FSDP token that is too large to
-    analyze (over 1,000,000 characters: parsing it would take minutes and gigabytes).
+    in the file's encoding, or a read error; a file with an FSDP token that is too large to analyze
+    (over 1,000,000 characters: parsing it would take minutes and gigabytes); and valid Python that
+    LibCST, the parser fsdplint uses, cannot parse (a line continuation at the very end of the file).
 
     ## Why is this bad?
     The file was not checked. A `.py` file that Python cannot decode does not run either.

@@ -247,11 +247,15 @@ def add_comment(draw: Draw, module: cst.Module) -> cst.Module:
 
 
 def _calls(module: cst.Module) -> list[cst.Call]:
+    """Calls outside f-strings (a line break inside one is a syntax error before Python 3.12)."""
     found: list[cst.Call] = []
 
     class Collect(cst.CSTVisitor):
         def visit_Call(self, node: cst.Call) -> None:
             found.append(node)
+
+        def visit_FormattedString(self, node: cst.FormattedString) -> bool:
+            return False
 
     module.visit(Collect())
     return found
