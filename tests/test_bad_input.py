@@ -354,3 +354,32 @@ def test_fix_that_would_not_parse_is_dropped(tmp_path, monkeypatch):
     assert "Traceback" not in result.output
     assert "FSDP005" in result.output
     assert path.read_text() == BAD
+
+
+def test_fix_over_a_hostile_tree_changes_only_what_it_fixes(tmp_path):
+    """Every kind of bad file at once under --fix: each is reported, none is touched, and the one
+    fixable file is fixed."""
+    hostile = {
+        "syntax.py": b"from torch.distributed.fsdp import fully_shard\ndef f(:\n",
+        "nul.py": b"from torch.distributed.fsdp import fully_shard\x00\n",
+        "latin.py": b'from torch.distributed.fsdp import fully_shard\nx = "\xe9"\n',
+        "deep.py": b"from torch.distributed.fsdp import fully_shard\nx = " + b"(" * 5000 + b"1" + b")" * 5000 + b"\n",
+        "continuation.py": b"from torch.distributed.fsdp import fully_shard\n\\\r\n",  # valid for CPython, not libcst
+        "noqa.py": BAD.replace("torch.ones(2))", "torch.ones(2))  # noqa: FSDP999, FSDP103").encode(),
+        "empty.py": b"",
+    }
+    for name, data in hostile.items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "dangling.py").symlink_to(tmp_path / "nowhere.py")
+    (tmp_path / "loop").symlink_to(tmp_path, target_is_directory=True)
+    (tmp_path / "bad.py").write_text(BAD)
+    result = run("--fix", "--select", "FSDP0,FSDP103", ".", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    reported = {line.split(":")[0] + " " + line.split()[1] for line in result.stdout.splitlines() if line.count(":") >= 3}
+    assert reported == {
+        "syntax.py FSDP001", "nul.py FSDP002", "latin.py FSDP002", "deep.py FSDP001", "continuation.py FSDP002",
+        "noqa.py FSDP004", "dangling.py FSDP002",
+    }, result.stdout
+    for name, data in hostile.items():
+        assert (tmp_path / name).read_bytes() == data, name
+    assert (tmp_path / "bad.py").read_text() == FIXED
