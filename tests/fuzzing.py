@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import difflib
+import functools
 import os
 import re
 import signal
@@ -375,11 +376,16 @@ def _with_line_endings(draw: Draw, text: str) -> str:
     return "".join(line[:-1] + " \t\n" if line.endswith("\n") and not line.endswith("\\\n") else line for line in lines)
 
 
+@functools.lru_cache(maxsize=None)
+def _parsed(path: Path) -> cst.Module:
+    return cst.parse_module(path.read_text())  # LibCST trees are immutable: one parse serves every example
+
+
 @st.composite
 def mutated_fixture(draw) -> tuple[str, str]:
     """(fixture name, source): a fixture's bad.py after a few mutations."""
     path = draw(st.sampled_from(BAD_FIXTURES))
-    module = cst.parse_module(path.read_text())
+    module = _parsed(path)
     for _ in range(draw(st.integers(1, 5))):
         module = draw(st.sampled_from(MUTATIONS))(draw, module)
     if draw(st.booleans()):
