@@ -16,7 +16,7 @@ import hypothesmith
 import libcst as cst
 import pytest
 from fuzzing import assert_changes_only_named_nodes, fuzz_settings, mutated_fixture, no_hang
-from hypothesis import example, given
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from fsdplint import reporters
@@ -68,6 +68,8 @@ def libcst_accepts(text: str) -> bool:
 def assert_sound(text: str, result: Result) -> None:
     """No internal error; a syntax error is reported exactly when neither parser accepts a file that
     is analyzed (one without a rule's trigger token is never parsed, by design)."""
+    for code in sorted(codes(result)):
+        event(f"reported {code}")  # counted by --hypothesis-show-statistics
     assert "FSDP009" not in codes(result), [d.message for d in result.diagnostics if d.code == "FSDP009"]
     if python_accepts(text):
         assert "FSDP001" not in codes(result), [d.message for d in result.diagnostics]
@@ -115,7 +117,7 @@ def test_arbitrary_bytes(data: bytes) -> None:
 @given(mutated_fixture())
 def test_mutated_fixtures(fixture: tuple[str, str]) -> None:
     name, text = fixture
-    assert python_accepts(text), "the mutator must keep the code valid"
+    assert python_accepts(text), f"the mutator must keep {name}'s code valid"
     result = pipeline(text.encode(), fix=False)
     assert_sound(text, result)
     for diagnostic in result.diagnostics:
@@ -123,6 +125,7 @@ def test_mutated_fixtures(fixture: tuple[str, str]) -> None:
             fixed = apply_fixes(diagnostic.file, [diagnostic.fix])
             assert python_accepts(fixed), f"{diagnostic.code} fix does not parse:\n{fixed}"
             assert_changes_only_named_nodes(diagnostic.file, diagnostic.fix, fixed)
+            event(f"proved the fix of {diagnostic.code}")
     assert_fix_sound(pipeline(text.encode(), fix=True))
 
 
