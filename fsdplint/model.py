@@ -636,7 +636,10 @@ class _Walker:
         clause = node.for_in
         while clause is not None:
             iterable = self.expr(clause.iter, statement, parents)
-            self.bind(clause.target, Value(params_of=iterable.params_of, iterates=iterable.iterates))
+            # As in a `for` loop, the target is an element of what is iterated (`b` in
+            # `[fully_shard(b) for b in model.layers]` is a sub-module of `model`).
+            element = self.element_of(iterable)
+            self.bind(clause.target, Value(ref=element.ref, params_of=iterable.params_of, iterates=None if element.ref else iterable.iterates))
             for condition in clause.ifs:
                 self.expr(condition.test, statement, parents)
             clause = clause.inner_for_in

@@ -164,3 +164,16 @@ def test_one_line_function_bodies():
     """)
     assert codes(source) == [(3, "FSDP102"), (4, "FSDP103"), (5, "FSDP102"), (6, "FSDP108")]
     assert fix_source(source, unsafe_fixes=True) == source.replace("model.forward(x)", "model(x)")
+
+
+def test_comprehension_target_is_an_element_of_what_it_iterates():
+    """`[fully_shard(b) for b in model.layers]` shards sub-modules of `model`, as the `for` loop does
+    (it was read as sharding an unknown `b` alone: FSDP101 twice)."""
+    sharded = """
+    from torch.distributed.fsdp import fully_shard
+    model = Net()
+    [fully_shard(b) for b in model.layers]
+    fully_shard(model)
+    """
+    assert codes(sharded) == []
+    assert codes(sharded.replace("    fully_shard(model)\n", "")) == [(4, "FSDP102")]
