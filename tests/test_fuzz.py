@@ -15,7 +15,7 @@ from pathlib import Path
 import hypothesmith
 import libcst as cst
 import pytest
-from fuzzing import assert_changes_only_named_nodes, fuzz_settings, mutated_fixture, no_hang
+from fuzzing import BAD_FIXTURES, assert_changes_only_named_nodes, fuzz_settings, mutated_fixture, no_hang
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 
@@ -82,20 +82,33 @@ def assert_sound(text: str, result: Result) -> None:
 def assert_fix_sound(result: Result) -> None:
     """The fixed text parses and a second fix changes nothing."""
     assert "FSDP005" not in codes(result), [d.message for d in result.diagnostics]
-    for original, fixed in result.changed():
+    for _, fixed in result.changed():
         assert python_accepts(fixed.text), fixed.text
         again = pipeline(fixed.encode(fixed.text), fix=True)
         assert again.sources[fixed.display].text == fixed.text, "fixing twice differs from fixing once"
 
 
+def assert_checks_and_fixes_sound(text: str) -> None:
+    """Checking is sound; each fix alone parses and changes only the nodes it names; fixing them
+    all parses and is idempotent."""
+    result = pipeline(text.encode(), fix=False)
+    assert_sound(text, result)
+    for diagnostic in result.diagnostics:
+        if diagnostic.fix is not None:
+            fixed = apply_fixes(diagnostic.file, [diagnostic.fix])
+            assert python_accepts(fixed), f"{diagnostic.code} fix does not parse:\n{fixed}"
+            assert_changes_only_named_nodes(diagnostic.file, diagnostic.fix, fixed)
+            event(f"proved the fix of {diagnostic.code}")
+    assert_fix_sound(pipeline(text.encode(), fix=True))
+
+
 @pytest.mark.filterwarnings("ignore::SyntaxWarning")  # hypothesmith compiles what it generates
 @fuzz_settings(ci_examples=120)
-@given(st.one_of(hypothesmith.from_grammar(), hypothesmith.from_node()))
-def test_generated_programs(program: str) -> None:
-    text = TRIGGER + program
-    result = pipeline(text.encode(), fix=True)
-    assert_sound(text, result)
-    assert_fix_sound(result)
+@given(st.one_of(hypothesmith.from_grammar(), hypothesmith.from_node()), st.sampled_from([None, *BAD_FIXTURES]))
+def test_generated_programs(program: str, fixture: Path | None) -> None:
+    """A generated program alone, or followed by a fixture (odd definitions before FSDP code)."""
+    text = TRIGGER + program if fixture is None else program + "\n" + fixture.read_text()
+    assert_checks_and_fixes_sound(text)
 
 
 @fuzz_settings(ci_examples=500)
@@ -118,20 +131,12 @@ def test_arbitrary_bytes(data: bytes) -> None:
 def test_mutated_fixtures(fixture: tuple[str, str]) -> None:
     name, text = fixture
     assert python_accepts(text), f"the mutator must keep {name}'s code valid"
-    result = pipeline(text.encode(), fix=False)
-    assert_sound(text, result)
-    for diagnostic in result.diagnostics:
-        if diagnostic.fix is not None:
-            fixed = apply_fixes(diagnostic.file, [diagnostic.fix])
-            assert python_accepts(fixed), f"{diagnostic.code} fix does not parse:\n{fixed}"
-            assert_changes_only_named_nodes(diagnostic.file, diagnostic.fix, fixed)
-            event(f"proved the fix of {diagnostic.code}")
-    assert_fix_sound(pipeline(text.encode(), fix=True))
+    assert_checks_and_fixes_sound(text)
 
 
 def test_the_proof_catches_changes_outside_the_fix() -> None:
     """The check the fuzzer relies on is not vacuous: it rejects a change next to a correct fix."""
-    from fuzzing import BAD_FIXTURES, ChangedOutsideFix
+    from fuzzing import ChangedOutsideFix
 
     forward = next(path for path in BAD_FIXTURES if path.parent.name == "FSDP103").read_text()
     result = pipeline(forward.encode(), fix=False)
