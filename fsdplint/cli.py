@@ -28,6 +28,16 @@ class _DefaultToCheck(click.Group):
             args = ["check", *args]
         return super().parse_args(ctx, args)
 
+    def invoke(self, ctx: click.Context):
+        # Whatever the engine's own isolation misses is one line on stderr and exit 2, never a traceback.
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as error:
+            click.echo(f"fsdplint: error: internal error: {type(error).__name__}: {error} (please report it)", err=True)
+            sys.exit(2)
+
 
 @click.group(cls=_DefaultToCheck, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="fsdplint")
@@ -89,8 +99,15 @@ def check(paths, select, extend_select, ignore, fix, unsafe_fixes, diff, output_
             stdin_source = decode_source(sys.stdin.buffer.read(), name, str(name))
         except SourceError as error:
             _fail(f"{name}: {error}")
+    files = [p for p in paths if str(p) != "-"]
+    # A path that does not exist is an error (exit 2), but the paths that do are still checked.
+    missing = [p for p in files if not p.exists() and not p.is_symlink()]
+    if missing and len(missing) == len(paths):
+        _fail("; ".join(f"{p}: no such file or directory" for p in missing))
+    for path in missing:
+        click.echo(f"fsdplint: error: {path}: no such file or directory", err=True)
     try:
-        candidates = discover([p for p in paths if str(p) != "-"], settings.exclude, settings.project_root, force_exclude)
+        candidates = discover([p for p in files if p not in missing], settings.exclude, settings.project_root, force_exclude)
     except DiscoveryError as error:
         _fail(str(error))
     started = time.perf_counter()
@@ -111,10 +128,13 @@ def check(paths, select, extend_select, ignore, fix, unsafe_fixes, diff, output_
         sys.stdout.write("".join(patches))
         if not quiet:
             click.echo(f"Would fix {result.fixes_applied} error{'s' if result.fixes_applied != 1 else ''}.", err=True)
-        sys.exit(2 if result.internal_error else 1 if patches else 0)
+        sys.exit(2 if result.internal_error or missing else 1 if patches else 0)
 
+    unwritten: list[str] = []
     if fix:
-        _write(result, skip=stdin_source.display if stdin_source is not None else None)
+        unwritten = _write(result, skip=stdin_source.display if stdin_source is not None else None)
+        if unwritten:
+            result = engine.unfix(result, unwritten)
         if stdin_source is not None:
             sys.stdout.write(result.sources[stdin_source.display].text)
 
@@ -132,7 +152,7 @@ def check(paths, select, extend_select, ignore, fix, unsafe_fixes, diff, output_
         if show_fixes and result.fixed:
             out.write(reporters.fixed_listing(result.fixed))
         out.write(reporters.summary(diagnostics, result.fixes_applied, options))
-    if result.internal_error:
+    if result.internal_error or unwritten or missing:
         sys.exit(2)
     sys.exit(0 if exit_zero or not diagnostics else 1)
 
@@ -145,15 +165,20 @@ def _patches(result) -> list[str]:
     ]
 
 
-def _write(result, skip: str | None = None) -> None:
-    """Write every changed file (but `skip`, the stdin source) in place, atomically."""
+def _write(result, skip: str | None = None) -> list[str]:
+    """Write every changed file (but `skip`, the stdin source) in place, atomically. A file that cannot
+    be written is reported and returned; the others are still written."""
+    unwritten = []
     for _before, after in result.changed():
         if after.display == skip:
             continue
         try:
             write_atomically(after.path, after.encode(after.text))
-        except OSError as error:
-            _fail(f"{after.display}: cannot write the fix: {error.strerror or error}")
+        except (OSError, UnicodeError) as error:
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+            click.echo(f"fsdplint: error: {after.display}: cannot write the fix: {reason}", err=True)
+            unwritten.append(after.display)
+    return unwritten
 
 
 MIGRATION = "FSDP501"
@@ -185,15 +210,14 @@ def migrate(paths, write, config_path) -> None:
     sources, problems = engine.read(candidates)
     result = engine.check(sources, problems, fix=True, unsafe_fixes=True)
     patches = _patches(result)
-    if write:
-        _write(result)
-    else:
+    unwritten = _write(result) if write else []
+    if not write:
         sys.stdout.write("".join(patches))
     left = result.diagnostics  # after the fixes: what no fix could migrate
     sys.stderr.write(reporters.FORMATS["full"](left, ruleset))
     done = "Migrated" if write else "Would migrate"
     click.echo(f"{done} {len(patches)} file{'s' if len(patches) != 1 else ''}; {len(left)} left for a person.", err=True)
-    if result.internal_error:
+    if result.internal_error or unwritten:
         sys.exit(2)
     sys.exit(1 if left or (patches and not write) else 0)
 

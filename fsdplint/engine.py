@@ -24,9 +24,12 @@ from fsdplint.source import SourceError, SourceFile, decode_source
 if TYPE_CHECKING:
     from fsdplint.discovery import Candidate
     from fsdplint.fixes import Fix
-    from fsdplint.model import FileModel
+    from fsdplint.model import FileModel, Program
 
 MAX_FIX_PASSES = 10
+# LibCST needs ~10 s and 500 MB for 1 MB of Python and grows faster than linearly (4 MB: minutes, GBs);
+# hand-written training code is far smaller. A larger file holding a trigger token is reported, not parsed.
+MAX_PARSE_CHARS = 1_000_000
 ALWAYS_ON = {"FSDP001", "FSDP002", "FSDP009"}  # a file that was not checked is always said
 # Below this much source to parse, starting worker processes (each imports libcst) costs more than it saves.
 POOL_MIN_BYTES = 400_000
@@ -73,9 +76,13 @@ class Result:
     files_read: int = 0
     files_parsed: int = 0
     files_cached: int = 0  # files of units whose findings came from the cache
-    fixes_applied: int = 0
+    fixes_by_path: dict[str, int] = field(default_factory=dict)
     fixed: list[Diagnostic] = field(default_factory=list)  # the findings whose fixes were applied
     plan: Plan | None = None
+
+    @property
+    def fixes_applied(self) -> int:
+        return sum(self.fixes_by_path.values())
 
     def changed(self) -> list[tuple[SourceFile, SourceFile]]:
         return [(self.original[path], source) for path, source in self.sources.items() if source.text != self.original[path].text]
@@ -214,7 +221,6 @@ class Engine:
             applied = self._apply_fixes(result, diagnostics, unsafe_fixes, dropped, failed_fixes)
             if not applied:
                 break
-            result.fixes_applied += applied
         result.diagnostics = sorted(problems + result.diagnostics + failed_fixes, key=Diagnostic.sort_key)
         return result
 
@@ -270,6 +276,9 @@ class Engine:
         errors: list[Diagnostic] = []
         for path in paths:
             source = sources[path]
+            if len(source.text) > MAX_PARSE_CHARS:
+                errors.append(self._file_problem(path, "FSDP002", f"too large to analyze ({len(source.text):,} characters; the limit is {MAX_PARSE_CHARS:,})"))
+                continue
             python_error = _python_syntax_error(source.text)
             if isinstance(python_error, str):
                 errors.append(self._file_problem(path, "FSDP001", python_error))
@@ -277,7 +286,11 @@ class Engine:
             try:
                 module = cst.parse_module(source.text)
             except cst.ParserSyntaxError as error:
-                if python_error is not None and python_error.lineno:
+                if python_error is None:
+                    # Valid Python that libcst cannot parse (e.g. a line continuation at the end of
+                    # the file): not a syntax error, but the file cannot be checked.
+                    errors.append(self._file_problem(path, "FSDP002", f"libcst cannot parse this file, though Python can: {error.message}", error.raw_line, error.raw_column + 1))
+                elif python_error.lineno:
                     # CPython's message and position are exact; libcst's can point past the error.
                     errors.append(self._file_problem(path, "FSDP001", f"SyntaxError: {python_error.msg}", python_error.lineno, python_error.offset or 1))
                 else:
@@ -286,28 +299,69 @@ class Engine:
             except RecursionError:
                 errors.append(self._file_problem(path, "FSDP001", "the file is nested too deeply to parse"))
                 continue
+            except Exception as error:  # a libcst bug on one file must not stop the others
+                errors.append(self._internal_error(path, "parsing with libcst", error))
+                continue
             try:
                 models[path] = build_file_model(source, module)
             except RecursionError:
                 errors.append(self._file_problem(path, "FSDP001", "the file is nested too deeply to analyze"))
+            except Exception as error:
+                errors.append(self._internal_error(path, "the semantic model", error))
         return models, errors
 
+    def _internal_error(self, path: str, what: str, error: BaseException) -> Diagnostic:
+        frames = traceback.extract_tb(error.__traceback__)
+        # The deepest frame of fsdplint's own code says more than one inside libcst.
+        ours = [f for f in frames if "fsdplint" in f.filename or f"{os.sep}rules{os.sep}" in f.filename]
+        frame = (ours or frames or [None])[-1]
+        where = f" (at {Path(frame.filename).name}:{frame.lineno})" if frame else ""
+        return self._file_problem(path, "FSDP009", f"{what} failed on this file: {type(error).__name__}: {error}{where}")
+
     def _run_rules(self, files: list[FileModel], diagnostics: list[Diagnostic]) -> list[Finding]:
+        """Every rule over the program. An internal error is reported (FSDP009) against the file and
+        rule it happened in, and every other file and rule is still checked."""
         from fsdplint.model import Program
 
-        program = Program(files)
+        try:
+            programs = [Program(files)]
+        except Exception:
+            # The model failed on some file: model each file alone (losing only calls across files).
+            programs = []
+            for file in files:
+                try:
+                    programs.append(Program([file]))
+                except Exception as error:
+                    diagnostics.append(self._internal_error(file.display, "the semantic model", error))
         findings: list[Finding] = []
-        for rule in self.rules:
+        for program in programs:
+            for rule in self.rules:
+                findings += self._check_isolated(rule, program, diagnostics)
+        return findings
+
+    def _check_isolated(self, rule: Rule, program: Program, diagnostics: list[Diagnostic]) -> list[Finding]:
+        """The rule's findings; when it fails, it runs again file by file to find where."""
+        try:
+            return self._located(rule, program)
+        except Exception as error:
+            if len(program.files) == 1:
+                diagnostics.append(self._internal_error(program.files[0].display, rule.code, error))
+                return []
+        findings: list[Finding] = []
+        for file in program.files:
             try:
-                for finding in rule.check(program):
-                    finding.rule_code = rule.code
-                    findings.append(finding)
-            except Exception as error:  # one broken rule must not hide the others' findings
-                frame = traceback.extract_tb(error.__traceback__)[-1]
-                diagnostics.append(self._file_problem(
-                    files[0].display, "FSDP009",
-                    f"{rule.code} failed: {type(error).__name__}: {error} (at {Path(frame.filename).name}:{frame.lineno})",
-                ))
+                findings += self._located(rule, program.only(file))
+            except Exception as error:
+                diagnostics.append(self._internal_error(file.display, rule.code, error))
+        return findings
+
+    @staticmethod
+    def _located(rule: Rule, program: Program) -> list[Finding]:
+        """The rule's findings, each with its position resolved (a node outside the tree fails here)."""
+        findings = list(rule.check(program))
+        for finding in findings:
+            finding.rule_code = rule.code
+            finding.file.position(finding.node)
         return findings
 
     def _to_diagnostics(self, findings: list[Finding]) -> list[Diagnostic]:
@@ -382,8 +436,6 @@ class Engine:
     # fixing
 
     def _apply_fixes(self, result: Result, diagnostics: list[Diagnostic], unsafe_fixes: bool, dropped: set, failed: list[Diagnostic]) -> int:
-        from fsdplint.fixes import apply_fixes
-
         applied = 0
         by_file: dict[str, list[Diagnostic]] = {}
         for diagnostic in diagnostics:
@@ -399,24 +451,51 @@ class Engine:
                 if not nodes & touched:  # a conflicting fix waits for the next pass
                     chosen.append(diagnostic)
                     touched |= nodes
-            text = apply_fixes(model, [d.fix for d in chosen])
-            if not parses(text):
-                # Keep the fixes that parse on their own; drop and report the others.
+            text, _ = _fixed_text(model, chosen)
+            if text is None:
+                # Keep the fixes that work and parse on their own; drop and report the others.
                 good = []
                 for diagnostic in chosen:
-                    if parses(apply_fixes(model, [d.fix for d in good + [diagnostic]])):
+                    text, error = _fixed_text(model, good + [diagnostic])
+                    if text is not None:
                         good.append(diagnostic)
+                        continue
+                    dropped.add((diagnostic.path, diagnostic.code, diagnostic.line, diagnostic.column))
+                    if error is not None:
+                        failed.append(self._internal_error(path, f"the fix of {diagnostic.code}", error))
                     else:
-                        dropped.add((diagnostic.path, diagnostic.code, diagnostic.line, diagnostic.column))
                         failed.append(replace(diagnostic, code="FSDP005", name=self.ruleset.by_code["FSDP005"].name, severity=Severity.ERROR, fix=None,
                                               message=f"The fix for {diagnostic.code} was dropped: its output would not parse"))
                 chosen = good
-                text = apply_fixes(model, [d.fix for d in chosen])
+                text = _fixed_text(model, chosen)[0] if chosen else None
             if chosen and text != result.sources[path].text:
                 result.sources[path] = replace(result.sources[path], text=text)
                 result.fixed += chosen
+                result.fixes_by_path[path] = result.fixes_by_path.get(path, 0) + len(chosen)
                 applied += len(chosen)
         return applied
+
+    def unfix(self, result: Result, paths: list[str]) -> Result:
+        """The result with these files as they were (their fix could not be written): their own
+        findings come back, and their fixes are not counted."""
+        unfixed = self.check(result.original, [], fix=False)
+        diagnostics = [d for d in result.diagnostics if d.path not in paths] + [d for d in unfixed.diagnostics if d.path in paths]
+        sources = {path: result.original[path] if path in paths else source for path, source in result.sources.items()}
+        fixes = {path: count for path, count in result.fixes_by_path.items() if path not in paths}
+        fixed = [d for d in result.fixed if d.path not in paths]
+        return replace(result, diagnostics=sorted(diagnostics, key=Diagnostic.sort_key), sources=sources, fixes_by_path=fixes, fixed=fixed)
+
+
+def _fixed_text(model: FileModel, diagnostics: list[Diagnostic]) -> tuple[str | None, Exception | None]:
+    """The file with these diagnostics' fixes applied: (text, None) when it parses, (None, None) when it
+    does not, (None, error) when a fix raised."""
+    from fsdplint import fixes
+
+    try:
+        text = fixes.apply_fixes(model, [d.fix for d in diagnostics])
+    except Exception as error:
+        return None, error
+    return (text, None) if parses(text) else (None, None)
 
 
 def parses(text: str) -> bool:

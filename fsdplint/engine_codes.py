@@ -44,7 +44,9 @@ class UnreadableFile(Rule):
     """
     ## What it does
     Reports a file that cannot be read as Python source: binary content, bytes that are not valid
-    in the file's encoding, or a read error.
+    in the file's encoding, or a read error; a file with an FSDP token that is too large to analyze
+    (over 1,000,000 characters: parsing it would take minutes and gigabytes); and valid Python that
+    LibCST, the parser fsdplint uses, cannot parse (a line continuation at the very end of the file).
 
     ## Why is this bad?
     The file was not checked. A `.py` file that Python cannot decode does not run either.
@@ -163,10 +165,13 @@ class FixFailed(Rule):
 class InternalError(Rule):
     """
     ## What it does
-    Reports that a rule raised an unexpected error while checking. The other rules still ran.
+    Reports that a rule, the semantic model or a fix raised an unexpected error on this file; the
+    message names the rule (or stage) and where in fsdplint it failed. The other rules still ran on
+    this file, and every rule on the other files.
 
     ## Why is this bad?
-    It is a bug in fsdplint: the rule's findings for this run are missing. The run exits 2.
+    It is a bug in fsdplint: that rule's findings (or that fix) for this file are missing. The run
+    exits 2.
 
     ## Example
     Any input that makes a rule fail.

@@ -23,6 +23,7 @@ says which events every rank must reach.
 from __future__ import annotations
 
 import builtins
+import copy
 import dataclasses
 import itertools
 from contextlib import contextmanager
@@ -635,6 +636,13 @@ class Program:
             event.index = index
         return flow
 
+    def only(self, file: FileModel) -> Program:
+        """This program seen from one file: its flows only (callees from other files stay inlined)."""
+        view = copy.copy(self)
+        view.files = [file]
+        view.flows = [flow for flow in self.flows if flow.file is file]
+        return view
+
     def next_call_id(self) -> int:
         return next(self._call_ids)
 
@@ -718,8 +726,10 @@ class _Walker:
                     self.rank_guards += (RankGuard(statement, GUARD_AFTER_EXIT, self.file, self.chain),)
             self.rank_guards = saved
         elif isinstance(suite, cst.SimpleStatementSuite):
+            # `if x: a(); b()`: the compound statement holds them; `def f(): a()`: the def itself.
+            holder, outer = (parents[-1], parents[:-1]) if parents else (self.function.node, ())
             for small in suite.body:
-                self.small_statement(small, parents[-1], parents[:-1])
+                self.small_statement(small, holder, outer)
 
     def statement(self, node: cst.CSTNode, parents: tuple[cst.CSTNode, ...]) -> RankTest | None:
         """Walks one statement; for an `if`, returns its test's dependence on the rank."""
@@ -988,7 +998,10 @@ class _Walker:
         clause = node.for_in
         while clause is not None:
             iterable = self.expr(clause.iter, statement, parents)
-            self.bind(clause.target, Value(params_of=iterable.params_of, iterates=iterable.iterates))
+            # As in a `for` loop, the target is an element of what is iterated (`b` in
+            # `[fully_shard(b) for b in model.layers]` is a sub-module of `model`).
+            element = self.element_of(iterable)
+            self.bind(clause.target, Value(ref=element.ref, params_of=iterable.params_of, iterates=None if element.ref else iterable.iterates))
             for condition in clause.ifs:
                 self.expr(condition.test, statement, parents)
             clause = clause.inner_for_in

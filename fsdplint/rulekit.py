@@ -41,7 +41,7 @@ def anchor_in_block(first: Event, later: Event) -> cst.CSTNode | None:
     if later.parents[:depth] != first.parents:
         return None
     path = later.parents + (later.statement,)
-    return path[depth]
+    return _within_function(first, path[depth])
 
 
 def is_simple_statement(node: cst.CSTNode) -> bool:
@@ -93,7 +93,7 @@ def statement_after_loops(events: list[Event]) -> cst.CSTNode | None:
     if loops:
         common = common[:loops[0]]
     last = events[-1]
-    return (last.parents + (last.statement,))[len(common)]
+    return _within_function(last, (last.parents + (last.statement,))[len(common)])
 
 
 # Calls every argument of which names a device or a device index.
@@ -208,3 +208,9 @@ def is_leaf_or_part(flow: Flow, root: Ref, shards: list[Event]) -> bool:
         return True
     sources = flow.derived_from.get(root.root, set()) - {root.root}
     return any(t.root in sources for event in shards for t in event.targets)
+
+
+def _within_function(event: Event, statement: cst.CSTNode) -> cst.CSTNode | None:
+    """`statement`, unless it is the def of a one-line function (`def f(): a(); b()`) holding `event`:
+    code placed around the def would run outside the function."""
+    return None if event.function is not None and statement is event.function.node else statement

@@ -8,6 +8,7 @@ everywhere it did not change.
 from __future__ import annotations
 
 import codecs
+import errno
 import io
 import os
 import tempfile
@@ -71,9 +72,12 @@ def read_source(path: Path, display: str) -> SourceFile:
 def write_atomically(path: Path, data: bytes) -> None:
     """Temp file in the same folder, fsync, keep the permission bits, then rename over the original.
 
-    A crash at any point leaves either the original or the new file, never a torn one.
+    A crash at any point leaves either the original or the new file, never a torn one. A read-only
+    file is refused (even for root, who could replace it): its owner said it must not change.
     """
     mode = path.stat().st_mode & 0o7777
+    if not mode & 0o222:
+        raise PermissionError(errno.EACCES, "the file is read-only")
     descriptor, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".fsdplint.tmp", dir=path.parent)
     try:
         with os.fdopen(descriptor, "wb") as handle:

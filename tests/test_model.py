@@ -147,3 +147,33 @@ def test_noqa_suppresses_and_unused_noqa_is_reported():
     model.forward(x)  # noqa: FSDP103
     model(x)  # noqa: FSDP103
     """) == [(8, "FSDP003")]
+
+
+def test_one_line_function_bodies():
+    """Found by the fuzzer: `def f(): ...` on one line crashed the model (IndexError). Its events are
+    held by the def; no fix places code around the def, where it would run outside the function."""
+    from fsdplint.api import fix_source
+
+    source = textwrap.dedent("""\
+    import torch
+    from torch.distributed.fsdp import fully_shard
+    def top_down(model): fully_shard(model); fully_shard(model.layers[0])
+    def run(model, x): fully_shard(model); return model.forward(x)
+    def blocks_only(): model = Net(); fully_shard(model.layers[0]); fully_shard(model.layers[1])
+    def reshard(model, x): fully_shard(model); model(x); opt = torch.optim.AdamW(model.parameters())
+    """)
+    assert codes(source) == [(3, "FSDP102"), (4, "FSDP103"), (5, "FSDP102"), (6, "FSDP108")]
+    assert fix_source(source, unsafe_fixes=True) == source.replace("model.forward(x)", "model(x)")
+
+
+def test_comprehension_target_is_an_element_of_what_it_iterates():
+    """`[fully_shard(b) for b in model.layers]` shards sub-modules of `model`, as the `for` loop does
+    (it was read as sharding an unknown `b` alone: FSDP101 twice)."""
+    sharded = """
+    from torch.distributed.fsdp import fully_shard
+    model = Net()
+    [fully_shard(b) for b in model.layers]
+    fully_shard(model)
+    """
+    assert codes(sharded) == []
+    assert codes(sharded.replace("    fully_shard(model)\n", "")) == [(4, "FSDP102")]
