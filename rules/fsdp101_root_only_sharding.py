@@ -67,5 +67,5 @@ class RootOnlySharding(Rule):
                 name = code(event, event.node.args[0].value)
                 yield Finding(event.file, event.node,
                               f"`{name}` is sharded as a single unit with no sub-module sharded first{via(event)}: "
-                              f"all its parameters are gathered at once; shard its blocks first "
-                              f"(`for block in {name}.layers: fully_shard(block)`)")
+                              f"all its parameters are gathered at once; shard its repeated blocks first, if it has any "
+                              f"(such as `for block in {name}.layers: fully_shard(block)`)")
