@@ -1041,7 +1041,11 @@ class _Walker:
             return Value(iterates=args[0].iterates or args[0].ref, params_of=flowing)
         if self.builds_on_meta(node):
             return Value(event=Event(META, node, self.file, statement, parents, self.chain))
-        callee = self.flow.program.resolve_function(self.file, self.function, node) or self.method_of_instance(func, receiver)
+        callee = self.flow.program.resolve_function(self.file, self.function, node)
+        if callee is None:
+            callee = self.method_of_instance(func, receiver)
+            if callee is not None:  # still a method call on a tracked value, as rules read it (`model.forward(x)`)
+                self.emit(METHOD, node, targets=(receiver.ref,), method=func.attr.value, **common)
         if callee is not None:
             return self.inline(callee, node, args, kwargs, receiver, statement, parents)
         # Parameters handed over directly, not an existing optimizer handed to a helper.

@@ -177,3 +177,23 @@ def test_comprehension_target_is_an_element_of_what_it_iterates():
     """
     assert codes(sharded) == []
     assert codes(sharded.replace("    fully_shard(model)\n", "")) == [(4, "FSDP102")]
+
+
+def test_a_method_of_an_instance_built_here_is_still_a_method_call():
+    # `model.forward(x)` on `model = Transformer()` is followed into Transformer.forward, and is
+    # still the direct forward call that skips FSDP's hooks.
+    assert codes("""
+        import torch.nn as nn
+        from torch.distributed.fsdp import fully_shard
+
+        class Transformer(nn.Module):
+            def forward(self, x):
+                return self.head(x)
+
+        def main():
+            model = Transformer()
+            for block in model.layers:
+                fully_shard(block)
+            fully_shard(model)
+            return model.forward(x)
+        """, ["FSDP103"]) == [(14, "FSDP103")]

@@ -24,3 +24,11 @@ def test_readme_rule_table_is_current():
 
 def test_docs_rule_index_is_current():
     assert (ROOT / "docs" / "rules" / "README.md").read_text() == "# Rules\n\n" + rule_table()
+
+
+def test_bundled_example_shows_each_of_its_mistakes():
+    # The README's first command runs fsdplint on examples/: every planted mistake must be reported.
+    from fsdplint.api import check_paths
+
+    found = sorted((d.line, d.code) for d in check_paths([ROOT / "examples"]))
+    assert found == [(38, "FSDP104"), (39, "FSDP107"), (50, "FSDP105"), (51, "FSDP103"), (55, "FSDP201")]
