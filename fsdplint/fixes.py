@@ -79,11 +79,23 @@ class Fix:
         return ids
 
 
+def generated_layout(file: FileModel) -> tuple[str, str]:
+    """The indent and line ending of the code fixes create.
+
+    LibCST takes both from the first indented line and the first line ending, which can be wrong to
+    reuse: a form feed in that indent (Python allows one; it resets the column) makes nested blocks
+    dedent and is refused by LibCST's own parser config, and a lone `\\r` after a `\\` continuation
+    merges with the `\\n` of the next line into one line ending, swallowing a line.
+    """
+    indent = file.module.default_indent.replace("\f", "") or "    "
+    return indent, file.source.newline
+
+
 def parse_statements(file: FileModel, code: str) -> list[cst.BaseStatement]:
     """Statements parsed with the file's own indentation and line ending."""
-    newline = file.module.default_newline
-    module = cst.parse_module(code.replace("\n", newline), config=file.module.config_for_parsing)
-    return list(module.body)
+    indent, newline = generated_layout(file)
+    config = cst.PartialParserConfig(encoding=file.module.encoding, default_indent=indent, default_newline=newline)
+    return list(cst.parse_module(code.replace("\n", newline), config=config).body)
 
 
 def apply_fixes(file: FileModel, fixes: Sequence[Fix]) -> str:
@@ -104,6 +116,10 @@ class _ApplyOperations(cst.CSTTransformer):
         self.moved: dict[int, cst.CSTNode] = {}
         self.imports: list[AddImport] = []
         self.drops: list[DropImportIfUnused] = []
+        # When created code needs another indent or line ending than LibCST's defaults, the file's
+        # own lines that rely on those defaults are pinned to them, so that they keep every byte.
+        self.layout = generated_layout(file)
+        self.pin = self.layout != (file.module.default_indent, file.module.default_newline)
         for operation in operations:
             if isinstance(operation, Replace):
                 self.replace[id(operation.node)] = operation
@@ -121,7 +137,12 @@ class _ApplyOperations(cst.CSTTransformer):
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
         if isinstance(updated_node, cst.Module):
-            return self._add_imports(self._drop_unused_imports(updated_node))
+            module = self._add_imports(self._drop_unused_imports(updated_node))
+            return module.with_changes(default_indent=self.layout[0], default_newline=self.layout[1]) if self.pin else module
+        if self.pin and isinstance(updated_node, cst.Newline) and updated_node.value is None:
+            return updated_node.with_changes(value=self.file.module.default_newline)
+        if self.pin and isinstance(updated_node, cst.IndentedBlock) and updated_node.indent is None:
+            return updated_node.with_changes(indent=self.file.module.default_indent)
         key = id(original_node)
         result = updated_node
         if key in self.replace:

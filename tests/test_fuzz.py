@@ -15,7 +15,7 @@ from pathlib import Path
 import hypothesmith
 import libcst as cst
 import pytest
-from fuzzing import BAD_FIXTURES, assert_changes_only_named_nodes, fuzz_settings, mutated_fixture, no_hang
+from fuzzing import BAD_FIXTURES, FIXTURES, assert_changes_only_named_nodes, fuzz_settings, mutated_fixture, no_hang
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 
@@ -105,6 +105,8 @@ def assert_checks_and_fixes_sound(text: str) -> None:
 @pytest.mark.filterwarnings("ignore::SyntaxWarning")  # hypothesmith compiles what it generates
 @fuzz_settings(ci_examples=120)
 @given(st.one_of(hypothesmith.from_grammar(), hypothesmith.from_node()), st.sampled_from([None, *BAD_FIXTURES]))
+@example("class A:\n\f pass\n", FIXTURES / "FSDP105" / "bad.py")  # found by the fuzzer: a form feed in the first indent
+@example("class A:\\\r \n pass\n", FIXTURES / "FSDP201" / "bad.py")  # found by the fuzzer: `\` + lone \r as first line ending
 def test_generated_programs(program: str, fixture: Path | None) -> None:
     """A generated program alone, or followed by a fixture (odd definitions before FSDP code)."""
     text = TRIGGER + program if fixture is None else program + "\n" + fixture.read_text()
