@@ -15,6 +15,7 @@ TorchFix pins libcst<1.6, so it does not share fsdplint's environment: it is fou
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import re
 import shutil
@@ -211,6 +212,16 @@ def generated(workdir: Path, lines: int) -> Path:
     return root
 
 
+def compile_bytecode() -> None:
+    """Write fsdplint's bytecode as `pip install` does: an editable install run with
+    PYTHONDONTWRITEBYTECODE=1 otherwise compiles every module in every process, pool workers included."""
+    import fsdplint
+    import fsdplint.rules
+
+    for package in (fsdplint, fsdplint.rules):
+        compileall.compile_dir(Path(package.__file__).parent, maxlevels=0, quiet=1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="*", type=Path, help="Also benchmark these directories.")
@@ -222,6 +233,7 @@ def main() -> None:
     parser.add_argument("--torchfix-lines", type=int, default=20_000, help="Lines in the slice TorchFix runs on.")
     parser.add_argument("--skip-scaling", action="store_true")
     args = parser.parse_args()
+    compile_bytecode()
     ruff = tool("ruff")
     torchfix = torchfix_command(args.torchfix, not args.no_install)
     print(f"{os.cpu_count()} CPU(s), load average {os.getloadavg()[0]:.1f}; ruff: {ruff or 'not found'}; TorchFix: {torchfix[0] if torchfix else 'not found'}")
