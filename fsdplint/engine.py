@@ -31,8 +31,10 @@ MAX_FIX_PASSES = 10
 # hand-written training code is far smaller. A larger file holding a trigger token is reported, not parsed.
 MAX_PARSE_CHARS = 1_000_000
 ALWAYS_ON = {"FSDP001", "FSDP002", "FSDP009"}  # a file that was not checked is always said
-# Below this much source to parse, starting worker processes (each imports libcst) costs more than it saves.
-POOL_MIN_BYTES = 400_000
+# Below this much source to parse, starting worker processes (each imports libcst) costs more than it
+# saves. Measured on 2 cores: the generated 1M-line corpus parses 157 kB in 102 files, 3.5 s in one
+# process, 2.6 s with two workers.
+POOL_MIN_BYTES = 50_000
 
 
 @dataclass(frozen=True)
@@ -161,13 +163,15 @@ class Engine:
                 sources[display] = _read(_Candidate(paths[display], display))[0]
             return sources[display].text
 
+        triggers = set(self.triggers)
         scope = digest(self.triggers, self.prefilter, sorted((display, os.path.abspath(path)) for display, path in paths.items()))
         state = digest(sorted((display, fact.hash) for display, fact in facts.items()))
         record = index.scopes.get(scope)
         if record is not None and record["digest"] == state:
             plan = Plan([Unit(tuple(unit), parse) for unit, parse in record["units"]])
         else:
-            plan = self._plan(list(facts), text_of, {display for display, fact in facts.items() if NOQA_TOKEN in fact.tokens}, paths)
+            plan = self._plan(list(facts), text_of, {display for display, fact in facts.items() if NOQA_TOKEN in fact.tokens}, paths,
+                              holds_trigger=lambda display: not triggers.isdisjoint(facts[display].tokens))
             index.set_scope(scope, {"digest": state, "units": [[list(unit.paths), unit.parse] for unit in plan.units]})
         context = digest(code_fingerprint(), sorted(self.selected_codes), self.settings.per_file_ignores)
         modules = _ModuleNames()
@@ -230,11 +234,11 @@ class Engine:
         diagnostics = [d for _, found in self._run_units(plan.units, sources, pool=pool) for d in found]
         return diagnostics, len(plan.parsed)
 
-    def _plan(self, displays: list[str], text_of, noqa_candidates: set[str], paths: dict[str, Path]) -> Plan:
+    def _plan(self, displays: list[str], text_of, noqa_candidates: set[str], paths: dict[str, Path], holds_trigger=None) -> Plan:
         if not self.prefilter:
             return Plan([Unit(tuple(sorted(displays)))] if displays else [])
         modules = _ModuleNames()
-        return make_plan(sorted(displays), text_of, self.triggers, noqa_candidates, lambda display: modules(paths[display]))
+        return make_plan(sorted(displays), text_of, self.triggers, noqa_candidates, lambda display: modules(paths[display]), holds_trigger)
 
     def _run_units(self, units: list[Unit], sources: dict[str, SourceFile], pool: bool) -> Iterable[tuple[Unit, list[Diagnostic]]]:
         """Each unit's diagnostics; in worker processes when there is much to parse and no fix needs the trees."""

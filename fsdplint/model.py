@@ -306,14 +306,6 @@ class Event:
         mine = self.conditions()
         return any((test, not truth) in mine for test, truth in other.conditions())
 
-    def rank_zero_guard(self) -> cst.If | None:
-        """The `if` that lets the event run on rank 0 only (`if rank == 0:`, `if dist.get_rank() != 0:
-        ... else:`, `if accelerator.is_main_process:`), here or around a call that led to it."""
-        for node, in_body in self.branches():
-            if _rank_zero_branch(node.test) == ("body" if in_body else "orelse"):
-                return node
-        return None
-
     def arg_refs(self) -> Iterator[Ref]:
         for value in itertools.chain(self.args, self.kwargs.values()):
             if value.ref:
@@ -1264,53 +1256,6 @@ def _rank_variable(node: cst.CSTNode) -> Rank | None:
     """The rank an environment variable named by `node` holds (`"LOCAL_RANK"`), if it is one."""
     if isinstance(node, cst.SimpleString) and node.evaluated_value in _RANK_VARIABLES:
         return Rank(_RANK_VARIABLES[node.evaluated_value], variable=node.evaluated_value)
-    return None
-
-
-# Flags that are true on the main process only (`accelerator.is_main_process`, `trainer.is_global_zero`).
-_MAIN_PROCESS_FLAGS = frozenset({"is_main_process", "is_master", "master_process", "is_master_process", "is_rank_zero",
-                                 "is_rank0", "rank0", "is_global_zero", "is_local_main_process", "is_main"})
-
-
-def _is_rank(node: cst.CSTNode) -> bool:
-    """`rank`, `self.local_rank`, `dist.get_rank()`, `int(os.environ["RANK"])`: an expression naming a rank."""
-    if isinstance(node, cst.Call):
-        if isinstance(node.func, cst.Name) and node.func.value == "int" and node.args:
-            return _is_rank(node.args[0].value)
-        node = node.func
-    if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
-        key = node.slice[0].slice.value
-        return isinstance(key, cst.SimpleString) and "RANK" in key.evaluated_value.upper()
-    name = dotted_name(node)
-    return bool(name) and "rank" in name.rsplit(".", 1)[-1].lower()
-
-
-def _rank_zero_branch(test: cst.CSTNode) -> str | None:
-    """Which branch of an `if` with this test runs on rank 0 only: "body", "orelse" or None."""
-    if isinstance(test, cst.BooleanOperation):
-        # `rank == 0 and x`: the body still needs rank 0; `or` lets other ranks in.
-        if isinstance(test.operator, cst.And) and "body" in (_rank_zero_branch(test.left), _rank_zero_branch(test.right)):
-            return "body"
-        return None
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        inner = _rank_zero_branch(test.expression)
-        return {"body": "orelse", "orelse": "body"}.get(inner or "")
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-        operator, right = test.comparisons[0].operator, test.comparisons[0].comparator
-        zero_on_right = isinstance(right, cst.Integer) and right.value == "0" and _is_rank(test.left)
-        zero_on_left = isinstance(test.left, cst.Integer) and test.left.value == "0" and _is_rank(right)
-        if zero_on_right or zero_on_left:
-            if isinstance(operator, (cst.Equal, cst.Is)):
-                return "body"
-            if isinstance(operator, (cst.NotEqual, cst.IsNot)) or zero_on_right and isinstance(operator, cst.GreaterThan):
-                return "orelse"
-        return None
-    target = test.func if isinstance(test, cst.Call) else test
-    name = dotted_name(target)
-    if name and name.rsplit(".", 1)[-1] in _MAIN_PROCESS_FLAGS:
-        return "body"
-    if isinstance(test, (cst.Name, cst.Attribute)) and _is_rank(test):
-        return "orelse"  # `if rank:` is every rank but 0
     return None
 
 

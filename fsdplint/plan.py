@@ -148,8 +148,11 @@ def make_plan(
     triggers: tuple[str, ...],
     noqa_candidates: set[str],
     module_name: Callable[[str], str],
+    holds_trigger: Callable[[str], bool] | None = None,
 ) -> Plan:
-    """The units of a run over `paths` (display paths), reading texts through `text_of`."""
+    """The units of a run over `paths` (display paths), reading texts through `text_of`.
+    `holds_trigger` answers from what is already known of a file (the cache's tokens) instead of
+    searching its text for each trigger again: that search is most of a cold run's plan."""
     files: dict[str, FileText] = {}
 
     def info(path: str) -> FileText:
@@ -157,7 +160,11 @@ def make_plan(
             files[path] = FileText(text_of(path))
         return files[path]
 
-    parsed = {path for path in paths if any(token in info(path).text for token in triggers)}
+    if holds_trigger is None:
+        def holds_trigger(path: str) -> bool:
+            return any(token in info(path).text for token in triggers)
+
+    parsed = set(filter(holds_trigger, paths))
     # Callers, to a fixed point: functions reaching trigger code, and the files that import them.
     reaching = {name for path in parsed for name, body in info(path).exported.items() if any(t in body for t in triggers)}
     pending = set(reaching)

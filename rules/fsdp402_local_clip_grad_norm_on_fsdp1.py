@@ -91,7 +91,7 @@ class LocalClipGradNormOnFsdp1(Rule):
         from fsdplint.rulekit import code
 
         # The method is a collective of the root wrapper: only for `root.parameters()`, on every rank.
-        if root is None or event.rank_zero_guard() is not None:
+        if root is None or event.rank_guards:
             return None
         rest = event.node.args[1:]
         if len(rest) > len(_KEPT_ARGUMENTS) or any(arg.star or arg.keyword is not None and arg.keyword.value not in _KEPT_ARGUMENTS for arg in rest):

@@ -55,13 +55,13 @@ class Rank0LoadWithoutSyncModuleStates(Rule):
 
         for flow in program.flows:
             for wrap in flow.shard_events(fsdp=1):
-                if wrap.target is None or wrap.rank_zero_guard() is not None or any(arg.star == "**" for arg in wrap.node.args):
+                if wrap.target is None or wrap.rank_guards or any(arg.star == "**" for arg in wrap.node.args):
                     continue
                 sync = wrap.kwargs.get("sync_module_states")
                 if sync is not None and sync.constant != "False":
                     continue  # True, or decided at run time
                 load = next((event for event in flow.events[:wrap.index] if self._loads_into(event, wrap.target)
-                             and event.rank_zero_guard() is not None and not event.excludes(wrap)), None)
+                             and event.rank_guards and not event.excludes(wrap)), None)
                 if load is None:
                     continue
                 name = code(wrap, wrap.node.args[0].value) if wrap.node.args and wrap.node.args[0].keyword is None else "the model"

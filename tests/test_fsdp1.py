@@ -182,11 +182,12 @@ def test_rank_zero_guards_in_their_forms():
     for guard in ("dist.get_rank() == 0", "rank == 0", "0 == self.global_rank", "accelerator.is_main_process",
                   "int(os.environ['RANK']) == 0", "args.local_rank == 0 and resume"):
         assert codes(f"""
+        import os
         model = Net()
         if {guard}:
             model.load_state_dict(torch.load(path))
         model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({{Block}}))
-        """, select=["FSDP404"]) == [(4, "FSDP404")], guard
+        """, select=["FSDP404"]) == [(5, "FSDP404")], guard
     assert codes("""
     model = Net()
     if dist.get_rank() != 0:
@@ -195,6 +196,24 @@ def test_rank_zero_guards_in_their_forms():
         model.load_state_dict(torch.load(path))
     model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))
     """, select=["FSDP404"]) == [(6, "FSDP404")]
+    # The model's rank guards, shared with FSDP203/204: a name assigned from a rank test, and a helper
+    # that returns early on the other ranks.
+    assert codes("""
+    def load(model, path):
+        if not dist.get_rank() == 0:
+            return
+        model.load_state_dict(torch.load(path))
+
+    def main(path):
+        model = Net()
+        is_main = dist.get_rank() == 0
+        if is_main:
+            model.load_state_dict(torch.load(path))
+        model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))
+        other = Net()
+        load(other, path)
+        other = FSDP(other, auto_wrap_policy=ModuleWrapPolicy({Block}))
+    """, select=["FSDP404"]) == [(11, "FSDP404"), (14, "FSDP404")]
 
 
 def test_rank_zero_load_through_a_helper_and_from_pretrained():
