@@ -749,7 +749,11 @@ class _Walker:
             return test
         elif isinstance(node, cst.For):
             iterable = self.expr(node.iter, node, parents)
-            self.bind(node.target, self.element_of(iterable))
+            element = self.element_of(iterable)
+            self.bind(node.target, element)
+            if element.ref is None and isinstance(node.target, cst.Name):
+                # `for module in children_bottom_up(model)[:-1]`: each element comes from `model`.
+                self.flow.derived_from[self.prefix + node.target.value] = self.roots_read(node.iter)
             self.walk_suite(node.body, inner)
             if node.orelse:
                 self.walk_suite(node.orelse.body, inner)
@@ -882,11 +886,35 @@ class _Walker:
                 self.flow.constructed[root] = built_by
         elif event.kind == CALL and event.qname:
             self.flow.constructed[root] = event.qname
+        # `get_module(model, path)`, `model.get_submodule(path)`; and, for a call written here (not one
+        # returned by an inlined function, whose names are the callee's), `getattr(model, "embed")()`.
         sources = {ref.root for ref in event.arg_refs()} | ({event.target.root} if event.kind == METHOD and event.target else set())
+        if event.chain == self.chain:
+            sources |= self.roots_read(event.node) - {root}
         if sources:
             self.flow.derived_from[root] = sources
 
     # expressions
+
+    def roots_read(self, node: cst.CSTNode) -> set[str]:
+        """The roots of the tracked values an expression reads, without evaluating it again."""
+        roots: set[str] = set()
+        pending = [node]
+        while pending:
+            node = pending.pop()
+            if isinstance(node, (cst.Name, cst.Attribute)):
+                ref = self.ref_of(node)
+                if ref is not None:
+                    roots.add(ref.root)
+                elif isinstance(node, cst.Attribute):
+                    pending.append(node.value)
+            elif isinstance(node, cst.Call):
+                pending += [node.func, *(arg.value for arg in node.args)]
+            elif isinstance(node, cst.Subscript):
+                pending.append(node.value)
+            elif not isinstance(node, (cst.Lambda, cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+                pending += _subexpressions(node)
+        return roots
 
     def ref_of(self, node: cst.CSTNode) -> Ref | None:
         key = dotted_name(node)

@@ -60,7 +60,9 @@ class RootOnlySharding(Rule):
                 root = event.target
                 if root.is_submodule or not flow.has_local_provenance(root):
                     continue
-                if any(t.root == root.root and t.is_submodule for other in shards for t in other.targets):
+                # A sub-module sharded: `model.layers[i]`, or one taken from the model (`get_submodule`).
+                if any(t.root == root.root and t.is_submodule or t.root != root.root and root.root in flow.derived_from.get(t.root, ())
+                       for other in shards for t in other.targets):
                     continue
                 if flow.escapes(root, 0, event.index) or is_leaf_or_part(flow, root, shards):
                     continue

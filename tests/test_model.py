@@ -197,3 +197,41 @@ def test_a_method_of_an_instance_built_here_is_still_a_method_call():
             fully_shard(model)
             return model.forward(x)
         """, ["FSDP103"]) == [(14, "FSDP103")]
+
+
+def test_modules_taken_from_a_model_sharded_after_them_are_its_units():
+    """accelerate's fsdp2_prepare_model: a loop over a helper's list of the model's children, and an
+    embedding fetched through `getattr(model, ...)()`, are shards of the model it then shards whole
+    (FSDP101 fired on both); a model sharded alone still is reported."""
+    assert codes("""
+    from torch.distributed.fsdp import fully_shard
+
+    def children_bottom_up(model):
+        ordered = []
+        stack = [model]
+        while stack:
+            current = stack.pop()
+            stack.extend(current.children())
+            ordered.append(current)
+        return ordered[::-1]
+
+    def prepare(model, policy):
+        for module in children_bottom_up(model)[:-1]:
+            if policy(module):
+                fully_shard(module)
+        embed = getattr(model, "get_input_embeddings", lambda: None)()
+        fully_shard(embed)
+        fully_shard(model)
+
+    def main(policy):
+        prepare(Net(), policy)
+        alone = Net()
+        fully_shard(alone)
+    """) == [(24, "FSDP101")]
+    # A model rebuilt from itself (`model = parallelize_module(model, ...)`) is not its own sub-module.
+    assert codes("""
+    from torch.distributed.fsdp import fully_shard
+    model = Net()
+    model = parallelize_module(model, tp_mesh, plan)
+    fully_shard(model, mesh=dp_mesh)
+    """) == [(5, "FSDP101")]
