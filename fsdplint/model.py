@@ -234,7 +234,7 @@ class Event:
     statement: cst.CSTNode  # innermost statement holding the node, in its own block
     parents: tuple[cst.CSTNode, ...]  # compound statements around it, outermost first
     chain: tuple[str, ...]  # functions inlined from the flow's own function down to the node
-    index: int = 0
+    index: int = -1  # position in its flow's events; -1 for one never emitted
     targets: tuple[Ref, ...] = ()  # SHARD/WRAP targets, METHOD receiver, CALL_VALUE callee
     qname: str | None = None
     method: str | None = None
@@ -475,6 +475,7 @@ class Flow:
         self.parameter_roots: set[str] = set(function.params) if function else set()
         self.assigned_roots: set[str] = set()
         self.optimizer_bindings: set[Ref] = set()
+        self.bindings: dict[Ref, list[Event]] = {}  # variable -> the events whose result was assigned to it
         self.returned = Value()
         # root -> qualified name of the call that built it (`torch.nn.Linear`)
         self.constructed: dict[str, str] = {}
@@ -554,8 +555,9 @@ class Flow:
             return value.event
         if value.ref is None:
             return None
-        variable = Ref(value.ref.root)
-        return next((event for event in reversed(self.events[:before]) if event.binding == variable), None)
+        # By the index of bindings: scanning the events back cost 90 % of a run on accelerate.
+        made = [event for event in self.bindings.get(Ref(value.ref.root), ()) if 0 <= event.index < before]
+        return max(made, key=lambda event: event.index, default=None)
 
     def state_dict_options(self, event: Event) -> frozenset[str]:
         """The `StateDictOptions` fields set to True in the `options=` of a state-dict helper call."""
@@ -628,8 +630,6 @@ class Program:
         body = function.node.body if function else file.module
         walker.walk_suite(body, ())
         flow.returned = walker.returned
-        for index, event in enumerate(flow.events):
-            event.index = index
         return flow
 
     def only(self, file: FileModel) -> Program:
@@ -867,6 +867,7 @@ class _Walker:
         self.env[key] = bound
         if value.event is not None and value.event.binding is None:
             value.event.binding = bound.ref
+            self.flow.bindings.setdefault(bound.ref, []).append(value.event)
             if value.event.kind in (SHARD, WRAP) and not value.event.targets and bound.ref:
                 value.event.targets = (bound.ref,)  # `model = FSDP(Model(...))`: the wrapped module is the result
                 if value.event.args and not bound.ref.path:
@@ -1195,7 +1196,8 @@ class _Walker:
 
     def emit(self, kind: str, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple, **fields) -> Event:
         event = Event(kind, node, self.file, statement, parents, self.chain, function=self.function, outer=self.outer,
-                      rank_guards=self.rank_guards, call_sites=self.call_sites, contexts=self.contexts, **fields)
+                      rank_guards=self.rank_guards, call_sites=self.call_sites, contexts=self.contexts,
+                      index=len(self.flow.events), **fields)
         self.flow.events.append(event)
         return event
 
