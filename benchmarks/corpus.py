@@ -47,7 +47,7 @@ def plain_function(rng: random.Random, name: str) -> list[str]:
     lines = [f"def {name}({a}, {b}=None, *, limit={rng.randrange(2, 64)}):", f'    """Compute the {a.replace("_", " ")} of each {b.replace("_", " ")}."""']
     lines += [f"    {c} = []", f"    for index, item in enumerate({a}):", "        if index >= limit:", "            break"]
     lines += [f"        if {b} is not None and item in {b}:", "            continue", f"        {c}.append((index, str(item).upper(), len(str(item)) * {rng.randrange(1, 9)}))"]
-    lines += [f"    totals = {{key: value for key, _, value in {c} if value % {rng.randrange(2, 7)}}}", f"    return sorted(totals.items(), key=lambda pair: (-pair[1], pair[0]))", ""]
+    lines += [f"    totals = {{key: value for key, _, value in {c} if value % {rng.randrange(2, 7)}}}", "    return sorted(totals.items(), key=lambda pair: (-pair[1], pair[0]))", ""]
     return lines
 
 
@@ -58,7 +58,7 @@ def plain_class(rng: random.Random) -> list[str]:
              f"    def __init__(self, {field_a}, {field_b}=0):", f"        self.{field_a} = {field_a}", f"        self.{field_b} = {field_b}", "        self.history = []", ""]
     for _ in range(rng.randrange(2, 5)):
         method = _name(rng)
-        lines += [f"    def {method}(self, value):", f"        self.history.append(value)", f"        self.{field_b} += 1",
+        lines += [f"    def {method}(self, value):", "        self.history.append(value)", f"        self.{field_b} += 1",
                   f"        if len(self.history) > {rng.randrange(8, 128)}:", "            self.history.pop(0)",
                   f"        return self.{field_a}, sum(hash(x) % 7 for x in self.history)", ""]
     lines += ["    def __repr__(self):", f'        return f"{name}({{self.{field_a}!r}}, {{self.{field_b}}})"', ""]

@@ -28,7 +28,6 @@ import dataclasses
 import itertools
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Iterator
 
 import libcst as cst
@@ -531,13 +530,6 @@ class Flow:
             if any(self.file.qualify(name) in classes or check.file.qualify(name) in classes for name in names):
                 return holds
         return None
-
-    def origin(self, value: Value, before: int) -> Event | None:
-        """The call that produced a value: its own event, or the last call before event `before` whose
-        result was bound to the name it is read from (`mp = MixedPrecision(...)` for `mp`)."""
-        if value.event is not None or value.ref is None:
-            return value.event
-        return next((event for event in reversed(self.events[:before]) if event.binding == value.ref), None)
 
     def escapes(self, ref: Ref, start: int = 0, end: int | None = None) -> bool:
         """`ref` was handed to a function this run cannot see, between events `start` and `end`
