@@ -28,6 +28,7 @@ import dataclasses
 import itertools
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Iterator
 
 import libcst as cst
@@ -660,11 +661,18 @@ class Program:
     def _lookup_qualified(self, qualified: str) -> FunctionInfo | None:
         module, _, name = qualified.rpartition(".")
         candidates = [f for f in self.functions_by_name.get(name, ()) if f.qualname == name]
+        relative = module.startswith(".")
         module = module.lstrip(".")
         same_module = [f for f in candidates if module and (f.file.module_name == module or f.file.module_name.endswith("." + module) or module.endswith("." + f.file.module_name) or f.file.module_name.split(".")[-1] == module.split(".")[-1])]
         if len(same_module) == 1:
             return same_module[0]
-        return candidates[0] if len(candidates) == 1 and not qualified.startswith("torch.") else None
+        if len(candidates) != 1 or qualified.startswith("torch."):
+            return None
+        # The only function of that name, re-exported by a package (`from mypkg import f`, defined in
+        # mypkg/core.py): only where the import names one of its folders. `from setuptools import
+        # setup` in setup.py is not fms-fsdp's own `setup()`, which starts a process group.
+        (candidate,) = candidates
+        return candidate if relative or module.split(".")[0] in Path(candidate.file.source.path).resolve().parts else None
 
 
 class _Walker:

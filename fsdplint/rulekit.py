@@ -199,6 +199,13 @@ def no_sync_fix(event: Event) -> Fix | None:
                operations=[Replace(statement, rewrite)])
 
 
+def shards_nothing(wrap: Event) -> bool:
+    """FSDP1 with `sharding_strategy=ShardingStrategy.NO_SHARD`: whole parameters and gradients on every
+    rank, as DDP keeps them; nothing is all-gathered."""
+    strategy = next((arg.value for arg in wrap.node.args if arg.keyword is not None and arg.keyword.value == "sharding_strategy"), None)
+    return strategy is not None and (wrap.file.qualify(strategy) or "").endswith("ShardingStrategy.NO_SHARD")
+
+
 def is_leaf_or_part(flow: Flow, root: Ref, shards: list[Event]) -> bool:
     """Whether a module sharded (or wrapped) whole is fine as one unit: a single layer
     (`torch.nn.Linear`) has no blocks, and a module taken from another sharded model

@@ -61,7 +61,9 @@ class ShardingOrder(Rule):
         for root_event in shards:
             roots = [t for t in root_event.targets if not t.is_submodule]
             for root in roots:
-                late = [e for e in shards if e.index > root_event.index and any(
+                # Not one in the other branch of an `if` the root's shard is under (OLMo-core shards
+                # root-last in both branches of `if not self.use_combined_forward:`).
+                late = [e for e in shards if e.index > root_event.index and not e.excludes(root_event) and any(
                     t.root == root.root and t.is_submodule and not self._replaced_between(flow, t, root_event.index, e.index)
                     for t in e.targets)]
                 if not late:

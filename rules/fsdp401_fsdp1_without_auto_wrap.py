@@ -24,7 +24,8 @@ class Fsdp1WithoutAutoWrap(Rule):
     Block)` answers no for the root, so FSDP never reaches the blocks and the effect is the same.
 
     Not reported: a single layer (`torch.nn.Linear`), a model whose blocks were wrapped one by one
-    before the root, and calls whose keyword arguments come from `**kwargs`.
+    before the root, `sharding_strategy=ShardingStrategy.NO_SHARD` (nothing is all-gathered), and
+    calls whose keyword arguments come from `**kwargs`.
 
     ## Example
     ```python
@@ -54,7 +55,7 @@ class Fsdp1WithoutAutoWrap(Rule):
     trigger_tokens = ("FullyShardedDataParallel",)
 
     def check(self, program) -> Iterable[Finding]:
-        from fsdplint.rulekit import code, is_leaf_or_part, via
+        from fsdplint.rulekit import code, is_leaf_or_part, shards_nothing, via
 
         for flow in program.flows:
             if not flow.is_entry:
@@ -66,8 +67,8 @@ class Fsdp1WithoutAutoWrap(Rule):
                 if not positional or any(arg.star == "**" for arg in args) or len(positional) > _POLICY_POSITION:
                     continue
                 problem = self._policy_problem(program, flow, event)
-                if problem is None or event.target is None:
-                    continue
+                if problem is None or event.target is None or shards_nothing(event):
+                    continue  # with NO_SHARD nothing is all-gathered: one unit costs nothing
                 root = event.target
                 if any(t != root and (t.is_within(root) or root.is_within(t)) for other in wraps for t in other.targets):
                     continue  # blocks wrapped one by one, and the model around them

@@ -61,14 +61,14 @@ class LocalClipGradNormOnFsdp1(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL, FSDP1_WRAPPER
-        from fsdplint.rulekit import code, via, where
+        from fsdplint.rulekit import code, shards_nothing, via, where
 
         for flow in program.flows:
             for event in flow.of_kind(CALL):
                 if event.qname not in _TORCH_CLIP or not event.args:
                     continue
                 wrapped = [(module, wrap) for module in sorted(event.args[0].params_of, key=str)
-                           if (wrap := flow.sharding_of(module, event.index, fsdp=1)) is not None and not _keeps_whole_gradients(wrap)
+                           if (wrap := flow.sharding_of(module, event.index, fsdp=1)) is not None and not shards_nothing(wrap)
                            and not wrap.excludes(event) and flow.isinstance_known(event, module, (FSDP1_WRAPPER,)) is not False]
                 if not wrapped:
                     continue
@@ -111,9 +111,3 @@ def _parameters_of(node):
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "parameters" and not node.args:
         return node.func.value
     return None
-
-
-def _keeps_whole_gradients(wrap) -> bool:
-    """FSDP1 with `sharding_strategy=ShardingStrategy.NO_SHARD` keeps whole gradients on every rank."""
-    strategy = next((arg.value for arg in wrap.node.args if arg.keyword is not None and arg.keyword.value == "sharding_strategy"), None)
-    return strategy is not None and (wrap.file.qualify(strategy) or "").endswith("ShardingStrategy.NO_SHARD")

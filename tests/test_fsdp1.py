@@ -267,6 +267,7 @@ def test_fsdp401_policy_forms():
     f = FSDP(Net(), auto_wrap_policy=make_policy(cfg))
     g = FSDP(Net(), **kwargs)
     h = FSDP(torch.nn.Linear(4, 4))
+    i = FSDP(Net(), auto_wrap_policy=None, sharding_strategy=ShardingStrategy.NO_SHARD)
     """, select=["FSDP401"]) == [(7, "FSDP401"), (8, "FSDP401"), (9, "FSDP401"), (10, "FSDP401")]
 
 

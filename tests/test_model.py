@@ -235,3 +235,40 @@ def test_modules_taken_from_a_model_sharded_after_them_are_its_units():
     model = parallelize_module(model, tp_mesh, plan)
     fully_shard(model, mesh=dp_mesh)
     """) == [(5, "FSDP101")]
+
+
+def test_blocks_sharded_in_the_other_branch_are_not_after_the_root():
+    # OLMo-core's block: each branch of the `if` shards its blocks and then the root.
+    source = """
+    from torch.distributed.fsdp import fully_shard
+
+    def shard(model, combined):
+        if not combined:
+            fully_shard(model.attention)
+            fully_shard(model)
+        else:
+            fully_shard(model.feed_forward)
+            fully_shard(model)
+    """
+    assert codes(source) == []
+    assert codes(source.replace("            fully_shard(model.attention)\n            fully_shard(model)\n",
+                                "            fully_shard(model)\n            fully_shard(model.attention)\n")) == [(7, "FSDP102")]
+
+
+def test_a_name_imported_from_another_package_is_not_the_runs_function_of_that_name(tmp_path: Path):
+    """fms-fsdp's setup.py: `from setuptools import setup; setup(...)` was followed into the only
+    `setup` of the run, fms_fsdp/utils/train_utils.py's, which starts an NCCL process group (FSDP301
+    and FSDP304 reported there). A package that re-exports its own function still resolves."""
+    package = tmp_path / "mypkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from mypkg.dist import setup\n")
+    (package / "dist.py").write_text(textwrap.dedent("""
+    import torch.distributed as dist
+
+    def setup():
+        dist.init_process_group("nccl")
+    """))
+    (tmp_path / "setup.py").write_text('from setuptools import setup\n\nsetup(name="mypkg")\n')
+    assert [d.code for d in check_paths([tmp_path], select=["FSDP301", "FSDP304"])] == []
+    (tmp_path / "train.py").write_text("from mypkg import setup\n\nsetup()\n")
+    assert sorted(d.code for d in check_paths([tmp_path], select=["FSDP301", "FSDP304"])) == ["FSDP301", "FSDP304"]
