@@ -2,8 +2,8 @@
 
 For every case with a `verify.toml` (`<fixtures>/<CODE>/`, or `<fixtures>/<CODE>/<shape>/` when a
 rule has several scripts), run `bad.py` under torchrun and check that it shows the documented
-symptom (an error message, a hang cut short by the process-group timeout, a warning, or a wrong
-state the script measures; `none` for a script that is right as it is, such as an FSDP1 original to
+symptom (an error message, a hang cut short by the process-group timeout, or a wrong state the
+script measures; `none` for a script that is right as it is, such as an FSDP1 original to
 migrate), then run the script that fsdplint's own fix makes of `bad.py` (or `good.py`, for rules
 without a fix) and check that it trains, and with `compare = "losses"` that it trains to the same
 losses as `bad.py`, within `rtol`/`atol`. The expectations live in each `verify.toml`; nothing here
@@ -13,7 +13,9 @@ A `[run]` table in `verify.toml` says where a symptom can be shown, when it cann
 `devices` (the row devices it runs on), `min_gpus` (CUDA devices that must be visible), `nnodes`
 (nodes simulated on this machine, one torchrun agent each), `nproc_per_node`, `gpus_per_node` (each
 simulated node sees only its own GPUs, as a node of a cluster does) and `reason`. A row that cannot
-run here is reported as skipped, with the reason, never as passed.
+run here is reported as skipped, with the reason, never as passed. `[fixed] min_gpus` is for a fix
+that needs more GPUs than the symptom (each rank its own GPU, where the bad script puts two ranks on
+one): with fewer, the bad script still runs and must show its symptom, and the row is skipped.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ else:  # pragma: no cover - Python 3.10
 
 RESULT_PREFIX = "FSDPLINT_RESULT "
 PG_TIMEOUT_SECONDS = 15  # the scripts' process-group timeout: how long a hang lasts before it errors
-SYMPTOMS = ("error", "hang", "wrong-state", "warning", "none")
+SYMPTOMS = ("error", "hang", "wrong-state", "none")
 HANG_MESSAGES = ("Timed out", "timed out", "Timeout")  # a `hang` with no `match` of its own
 
 
@@ -80,6 +82,7 @@ class Case:
     fixed_source: str  # "fix" or "good"
     compare: dict | None = None  # {"rtol": ..., "atol": ...}: the fixed script's losses must match bad.py's
     launch: Launch = field(default_factory=Launch)
+    fixed_min_gpus: int = 0  # [fixed] min_gpus: CUDA devices the fixed script needs
 
 
 @dataclass
@@ -105,15 +108,20 @@ class Row:
     fixed_ok: bool = False
     fixed_detail: str = ""
     seconds: float = 0.0
-    skipped: str = ""  # why the row did not run here
+    skipped: str = ""  # why the row, or its fixed script, did not run here
 
     @property
     def passed(self) -> bool:
         return self.bad_ok and self.fixed_ok
 
     @property
+    def bad_ran(self) -> bool:
+        return bool(self.bad_detail)
+
+    @property
     def failed(self) -> bool:
-        return not self.passed and not self.skipped
+        """A symptom not shown fails the row even when its fixed script could not run."""
+        return (self.bad_ran and not self.bad_ok) or (not self.passed and not self.skipped)
 
 
 @dataclass
@@ -180,8 +188,6 @@ def _case(spec: Path, rule: str, name: str, folder: Path, expectation: dict) -> 
         raise VerifyError(f"{spec}: [bad] symptom must be one of {', '.join(SYMPTOMS)}")
     if bad["symptom"] == "wrong-state" and not bad.get("check"):
         raise VerifyError(f"{spec}: a wrong-state symptom needs `check`, the result key that must fail")
-    if bad["symptom"] == "warning" and not bad.get("match"):
-        raise VerifyError(f"{spec}: a warning symptom needs `match`, the text of the warning")
     if source not in ("fix", "good"):
         raise VerifyError(f"{spec}: [fixed] source must be fix or good")
     compare = None
@@ -189,7 +195,7 @@ def _case(spec: Path, rule: str, name: str, folder: Path, expectation: dict) -> 
         if fixed["compare"] != "losses" or bad["symptom"] != "none":
             raise VerifyError(f'{spec}: [fixed] compare = "losses" is the one comparison, and needs [bad] symptom = "none"')
         compare = {"rtol": float(fixed.get("rtol", 1e-5)), "atol": float(fixed.get("atol", 1e-6))}
-    return Case(rule, name, folder, bad, source, compare, _launch(spec, expectation.get("run", {})))
+    return Case(rule, name, folder, bad, source, compare, _launch(spec, expectation.get("run", {})), int(fixed.get("min_gpus", 0)))
 
 
 def device_plan(requested: str, nproc: int | None) -> list[tuple[str, int]]:
@@ -332,10 +338,6 @@ def judge_bad(bad: dict, run: Run) -> tuple[bool, str]:
         return False, f"expected wrong {check}, but the script trained: {_describe(run.result)}"
     if symptom == "hang" and run.killed:
         return True, f"hang: killed after {run.seconds:.0f} s"
-    if symptom == "warning":  # the script may well succeed: the warning is the symptom
-        if bad["match"] in run.output:
-            return True, f"warning: {bad['match']}"
-        return False, f"expected warning `{bad['match']}`, got {'exit 0' if run.returncode == 0 else _ended(run)} without it"
     expected = [bad["match"]] if bad.get("match") else list(HANG_MESSAGES) if symptom == "hang" else []
     seen = next((text for text in expected if text in run.output), None)
     if run.returncode not in (0, None) and (seen or not expected):
@@ -344,13 +346,10 @@ def judge_bad(bad: dict, run: Run) -> tuple[bool, str]:
     return False, f"expected {wanted}, got {'exit 0' if run.returncode == 0 else _ended(run)}"
 
 
-def judge_fixed(run: Run, bad: dict | None = None) -> tuple[bool, str]:
-    """Whether the fixed script trains: exit 0 and every check of its result line holds (and, for a
-    warning symptom, the warning is gone)."""
+def judge_fixed(run: Run) -> tuple[bool, str]:
+    """Whether the fixed script trains: exit 0 and every check of its result line holds."""
     if run.returncode != 0:
         return False, _ended(run)
-    if bad is not None and bad["symptom"] == "warning" and bad["match"] in run.output:
-        return False, f"still warns `{bad['match']}`"
     if run.result is None:
         return False, f"exit 0 but no {RESULT_PREFIX.strip()} line"
     failed = failed_checks(run.result)
@@ -432,6 +431,9 @@ def verify_case(case: Case, device: str, nproc: int, fixtures: Path, timeout: fl
         return judge_bad(case.bad, run)
 
     row.bad_ok, row.bad_detail, row.seconds = _run_and_judge(case.folder / "bad.py", judge_and_keep, *where)
+    if device == "cuda" and gpus < case.fixed_min_gpus:
+        row.skipped = f"the fixed script needs {case.fixed_min_gpus} GPUs, {gpus} visible"
+        return row
     script = fixed_script(case, workdir)
     if script is None:
         row.fixed_detail = "fix produced no change"
@@ -439,7 +441,7 @@ def verify_case(case: Case, device: str, nproc: int, fixtures: Path, timeout: fl
     def judge(run: Run) -> tuple[bool, str]:
         if case.compare is not None:
             return judge_same_losses(bad_runs[-1] if row.bad_ok else None, run, **case.compare)
-        return judge_fixed(run, case.bad)
+        return judge_fixed(run)
 
     row.fixed_ok, row.fixed_detail, seconds = _run_and_judge(script, judge, *where)
     row.seconds += seconds
@@ -480,22 +482,29 @@ TABLE_HEADER = f"{'':4}  {'rule':<24} {'device':<7} {'secs':>5}  {'bad: symptom 
 
 
 def _verdict(row: Row) -> str:
-    return "SKIP" if row.skipped else "PASS" if row.passed else "FAIL"
+    return "FAIL" if row.failed else "PASS" if row.passed else "SKIP"
+
+
+def _bad_cell(row: Row) -> str:
+    return ("" if row.bad_ok else "NO: ") + row.bad_detail
+
+
+def _fixed_cell(row: Row) -> str:
+    """What the fixed script did, or why it did not run after the bad script did."""
+    return f"not run: {row.skipped}" if row.skipped else ("" if row.fixed_ok else "NO: ") + row.fixed_detail
 
 
 def format_row(row: Row) -> str:
-    if row.skipped:
+    if row.skipped and not row.bad_ran:
         return f"SKIP  {row.rule:<24} {row.device}x{row.nproc:<3} {row.seconds:5.1f}  {row.skipped}"
-    bad = ("" if row.bad_ok else "NO: ") + row.bad_detail
-    fixed = ("" if row.fixed_ok else "NO: ") + f"{row.fixed_detail} ({row.fixed_source})"
-    return f"{_verdict(row)}  {row.rule:<24} {row.device}x{row.nproc:<3} {row.seconds:5.1f}  {bad:<52}  {fixed}"
+    return f"{_verdict(row)}  {row.rule:<24} {row.device}x{row.nproc:<3} {row.seconds:5.1f}  {_bad_cell(row):<52}  {_fixed_cell(row)} ({row.fixed_source})"
 
 
 def summary(report: Report) -> str:
     failed = [f"{row.rule} ({row.device})" for row in report.rows if row.failed]
-    skipped = sum(bool(row.skipped) for row in report.rows)
+    skipped = sum(bool(row.skipped) and not row.failed for row in report.rows)
     passed = sum(row.passed for row in report.rows)
-    verdict = f"FAILED: {', '.join(failed)}" if failed else "all verified" if passed else "nothing ran"
+    verdict = f"FAILED: {', '.join(failed)}" if failed else "all verified" if passed else "nothing verified"
     return f"{passed}/{len(report.rows)} passed{f', {skipped} skipped' if skipped else ''}; {verdict}."
 
 
@@ -529,13 +538,12 @@ def markdown(report: Report) -> str:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in report.rows:
-        if row.skipped:
+        if row.skipped and not row.bad_ran:
             lines.append(f"| {row.rule} | {row.device} × {row.nproc} | skipped: {_cell(row.skipped)} | {row.fixed_source} | | | skipped |")
             continue
-        bad = ("" if row.bad_ok else "NO: ") + row.bad_detail
-        fixed = ("" if row.fixed_ok else "NO: ") + row.fixed_detail
-        lines.append(f"| {row.rule} | {row.device} × {row.nproc} | {_cell(bad)} | {row.fixed_source} | {_cell(fixed)} "
-                     f"| {row.seconds:.1f} | {'pass' if row.passed else '**FAIL**'} |")
+        result = "**FAIL**" if row.failed else "pass" if row.passed else "symptom shown, fix skipped"
+        lines.append(f"| {row.rule} | {row.device} × {row.nproc} | {_cell(_bad_cell(row))} | {row.fixed_source} | {_cell(_fixed_cell(row))} "
+                     f"| {row.seconds:.1f} | {result} |")
     lines += ["", summary(report), ""]
     return "\n".join(lines)
 

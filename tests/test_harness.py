@@ -3,6 +3,7 @@ changes nothing, or when the bad script shows no symptom. The torchrun runs need
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -226,7 +227,7 @@ def test_a_row_that_cannot_run_here_is_skipped_with_its_reason(tmp_path: Path):
     assert not cpu.passed and not cpu.failed
     assert harness.format_row(cpu).startswith("SKIP  FSDP998")
     report = harness.Report("2.13", "3.11", "linux", "today", ["cpu × 2"], rows=[cpu])
-    assert not report.passed and harness.summary(report) == "0/1 passed, 1 skipped; nothing ran."
+    assert not report.passed and harness.summary(report) == "0/1 passed, 1 skipped; nothing verified."
     assert "| FSDP998 | cpu × 2 | skipped: runs on cuda only: two GPUs show it |" in harness.markdown(report)
     trained = harness.Row("FSDP997", "cpu", 2, "good.py", bad_ok=True, fixed_ok=True)
     report.rows.append(trained)
@@ -251,19 +252,43 @@ def test_run_table_is_validated(tmp_path: Path):
     spec.write_text('[bad]\nsymptom = "error"\n[run]\ndevices = ["tpu"]\n')
     with pytest.raises(harness.VerifyError, match="devices must be cpu or cuda"):
         harness.load_cases(tmp_path)
-    spec.write_text('[bad]\nsymptom = "warning"\n')
-    with pytest.raises(harness.VerifyError, match="warning symptom needs `match`"):
-        harness.load_cases(tmp_path)
 
 
-def test_a_warning_is_a_symptom_even_on_success_and_the_fix_must_silence_it():
-    bad = {"symptom": "warning", "match": "destroy_process_group() was not called"}
-    trained = {"losses": [1.0, 0.5], "params_updated": 8, "params_total": 8, "finite": True, "ranks_agree": True}
-    warned = harness.Run(0, "[rank0]: Warning: WARNING: destroy_process_group() was not called before program exit\n", 2.0, trained)
-    assert harness.judge_bad(bad, warned) == (True, "warning: destroy_process_group() was not called")
-    assert harness.judge_fixed(warned, bad) == (False, "still warns `destroy_process_group() was not called`")
-    assert not harness.judge_bad(bad, harness.Run(0, "", 2.0, trained))[0]
-    assert harness.judge_fixed(harness.Run(0, "", 2.0, trained), bad)[0]
+def test_a_fix_that_needs_more_gpus_still_runs_the_bad_script(tmp_path: Path, monkeypatch):
+    folder = tmp_path / "FSDP998"
+    folder.mkdir()
+    (folder / "verify.toml").write_text('[bad]\nsymptom = "error"\nmatch = "Duplicate GPU detected"\n'
+                                        '[fixed]\nsource = "good"\nmin_gpus = 2\n[run]\ndevices = ["cuda"]\nmin_gpus = 1\n')
+    case, = harness.load_cases(tmp_path)
+    refused = harness.Run(1, "[rank1]: Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60\n", 5.0)
+    monkeypatch.setattr(harness, "run_script", lambda script, *args: refused)
+    row = harness.verify_case(case, "cuda", 2, tmp_path, 60, (), tmp_path, gpus=1)
+    assert row.bad_ok and row.bad_detail == "error: Duplicate GPU detected"
+    assert row.skipped == "the fixed script needs 2 GPUs, 1 visible"
+    assert not row.passed and not row.failed
+    assert harness.format_row(row).startswith("SKIP  FSDP998")
+    assert "not run: the fixed script needs 2 GPUs, 1 visible" in harness.format_row(row)
+    report = harness.Report("2.11", "3.12", "linux", "today", ["cuda × 2"], rows=[row])
+    assert "| error: Duplicate GPU detected | good.py | not run: the fixed script needs 2 GPUs, 1 visible | 5.0 | symptom shown, fix skipped |" in harness.markdown(report)
+    assert harness.summary(report) == "0/1 passed, 1 skipped; nothing verified."
+
+    monkeypatch.setattr(harness, "run_script", lambda script, *args: harness.Run(0, "", 5.0))
+    silent = harness.verify_case(case, "cuda", 2, tmp_path, 60, (), tmp_path, gpus=1)
+    assert silent.failed and harness.format_row(silent).startswith("FAIL  FSDP998")
+    assert harness.summary(harness.Report("2.11", "3.12", "linux", "today", [], rows=[silent])) == "0/1 passed; FAILED: FSDP998 (cuda)."
+
+
+@needs_torch
+def test_checks_reported_at_exit_extend_the_result_line(tmp_path: Path):
+    script = tmp_path / "script.py"
+    script.write_text("import fixture_support\n"
+                      "fixture_support.report_at_exit(done=lambda: fixture_support.FINISHED)\n"
+                      "fixture_support._reported.append({'losses': [1.0, 0.5]})\n"
+                      "fixture_support.FINISHED = True\n")
+    completed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=False,
+                               env={**os.environ, "PYTHONPATH": str(FIXTURES)})
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.splitlines()[-1] == 'FSDPLINT_RESULT {"losses": [1.0, 0.5], "done": true}'
 
 
 @needs_torch
