@@ -14,9 +14,12 @@ class ProcessGroupNotDestroyed(Rule):
     Finds a script that initializes a process group and ends without `destroy_process_group()`.
 
     ## Why is this bad?
-    The process group then lives until the interpreter tears it down. NCCL warns on every node,
-    `WARNING: destroy_process_group() was not called before program exit, which can leak
-    resources`, and the exit can hang while pending NCCL work is aborted in a destructor.
+    The process group then lives until the interpreter tears it down, if it does: the exit can
+    hang while pending NCCL work is aborted in a destructor, and the communicators' resources leak.
+    When teardown does destruct the group, NCCL warns on every node, `WARNING:
+    destroy_process_group() was not called before program exit, which can leak resources`; a
+    sharded model's device mesh can keep the group alive past teardown, and then nothing is
+    printed at all (seen with torch 2.11 on an H100), so a clean-looking log proves nothing.
 
     A group whose backend is written as `"gloo"` is not reported: gloo exits silently.
 
@@ -72,9 +75,9 @@ class ProcessGroupNotDestroyed(Rule):
             if any(_destroys(event, destroyers) for event in later):
                 continue
             yield Finding(init.file, init.node,
-                          f"the process group initialized here is never destroyed{via(init)}: with NCCL, torch warns "
-                          f"`destroy_process_group() was not called before program exit` and exit can hang; "
-                          f"call `dist.destroy_process_group()` when the script ends")
+                          f"the process group initialized here is never destroyed{via(init)}: it lives until the "
+                          f"interpreter's teardown, where NCCL's communicators are aborted, not shut down, and exit "
+                          f"can hang; call `dist.destroy_process_group()` when the script ends")
 
 
 def _destroys(event, destroyers: set[str]) -> bool:
