@@ -12,8 +12,8 @@ attributes, where `[]` stands for any element (`model.layers[i]`, a loop variabl
 `model.layers`, a module from `model.modules()`). Name resolution is done here from the import
 statements, not with LibCST's ScopeProvider/QualifiedNameProvider, which cost about 0.5 s a file.
 
-Ranks: values know whether they are this process's rank (`Value.is_rank`; `Value.rank` also says
-whether global or local, where the value says which) or a condition only some ranks
+Ranks: values know whether they are this process's rank (`Value.rank`, global or local where the
+value says which) or a condition only some ranks
 pass (`Value.rank_test`, by fsdplint/distributed.py's vocabulary and through assignments and the
 functions of the run), each event knows the rank guards around it across inlined calls
 (`Event.rank_guards`, with `Event.call_sites` for the calls that led there), and `Flow.collective`
@@ -67,6 +67,7 @@ _MAX_INLINE_DEPTH = 4
 
 GLOBAL_RANK = "global"  # the process's rank among all processes: `RANK`, `dist.get_rank()`
 LOCAL_RANK = "local"  # its rank on its own node: `LOCAL_RANK`, `dist.get_node_local_rank()`
+SOME_RANK = "some"  # a rank only named as one (`self.rank`, `get_rank()` of a library, `NODE_RANK`): which, unknown
 _RANK_VARIABLES = {
     "RANK": GLOBAL_RANK, "SLURM_PROCID": GLOBAL_RANK, "OMPI_COMM_WORLD_RANK": GLOBAL_RANK, "PMI_RANK": GLOBAL_RANK,
     "LOCAL_RANK": LOCAL_RANK, "SLURM_LOCALID": LOCAL_RANK, "OMPI_COMM_WORLD_LOCAL_RANK": LOCAL_RANK, "MPI_LOCALRANKID": LOCAL_RANK,
@@ -131,8 +132,8 @@ class Ref:
 
 @dataclass(frozen=True)
 class Rank:
-    """A value that is a process rank (`scope` GLOBAL_RANK or LOCAL_RANK), or a string formatted from
-    one when `formatted` (`f"cuda:{rank}"`)."""
+    """A value that is a process rank (`scope` GLOBAL_RANK, LOCAL_RANK or SOME_RANK), or a string
+    formatted from one when `formatted` (`f"cuda:{rank}"`)."""
 
     scope: str
     formatted: bool = False
@@ -150,9 +151,6 @@ class Value:
     elements: tuple[Value, ...] | None = None  # a tuple or list literal, element by element
     rank: Rank | None = None  # the value is (or formats) the process's rank
     constant: str | None = None  # "None", "True" or "False": a literal passed for a parameter
-    # This process's rank, global or local, as far as a name or call says (`dist.get_rank()`,
-    # `self.global_rank`); `rank` above also knows which of the two, where the value says it.
-    is_rank: bool = False
     rank_test: RankTest | None = None  # a condition whose outcome depends on the rank
     always_false: bool = False  # a parameter left at its default `False`/`None`: `if` on it takes no branch
 
@@ -863,7 +861,7 @@ class _Walker:
             # change it before a test that comes earlier in the text.
             constant = value.constant if root and value.constant and self.assigned_once(key) else None
             bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, elements=value.elements, rank=value.rank,
-                          constant=constant, is_rank=value.is_rank, rank_test=value.rank_test)
+                          constant=constant, rank_test=value.rank_test)
         self.env[key] = bound
         if value.event is not None and value.event.binding is None:
             value.event.binding = bound.ref
@@ -950,14 +948,15 @@ class _Walker:
             # An unassigned name or attribute says by its name whether it is a rank (`self.global_rank`).
             name = node.value if isinstance(node, cst.Name) else node.attr.value
             flag = distributed.is_main_process_flag(name)
-            return Value(ref=self.ref_of(node), is_rank=distributed.is_rank_name(name), rank_test=RankTest(True, True) if flag else None)
+            return Value(ref=self.ref_of(node), rank=Rank(SOME_RANK) if distributed.is_rank_name(name) else None,
+                         rank_test=RankTest(True, True) if flag else None)
         if isinstance(node, cst.Subscript):
             base = self.expr(node.value, statement, parents)
             for element in node.slice:
                 self.expr(element, statement, parents)
             index = node.slice[0].slice if len(node.slice) == 1 else None
             if isinstance(index, cst.Index) and self.file.qualify(node.value) == "os.environ":  # os.environ["LOCAL_RANK"]
-                return Value(rank=_rank_variable(index.value), is_rank=self.names_rank_env_var(index.value))
+                return Value(rank=_rank_variable(index.value))
             return Value(ref=base.ref.child("[]")) if base.ref else Value()
         if isinstance(node, cst.Call):
             return self.call(node, statement, parents, with_item)
@@ -994,28 +993,23 @@ class _Walker:
         same on every rank."""
         values = [self.expr(part, statement, parents) for part in _subexpressions(node)]
         params = frozenset().union(*(value.params_of for value in values))
-        compares_rank = any(value.is_rank or value.rank for value in values)
+        compares_rank = any(value.rank is not None for value in values)
         not_distributed = any(isinstance(target.operator, (cst.Is, cst.IsNot))
                               or isinstance(target.operator, (cst.Equal, cst.NotEqual)) and _is_minus_one(target.comparator)
                               for target in node.comparisons)
         return Value(params_of=params, rank_test=RankTest(True, True) if compares_rank and not not_distributed else None)
 
-    def names_rank_env_var(self, key: cst.CSTNode | None) -> bool:
-        return isinstance(key, cst.SimpleString) and distributed.is_rank_env_var(str(key.evaluated_value))
-
     def rank_meaning(self, node: cst.Call, value: Value) -> Value:
         """What a call's result says of the rank, by the callee's name: `dist.get_rank()`,
         `get_local_rank()`, `is_main_process()`, `os.environ.get("RANK")`."""
-        if value.is_rank or value.rank or value.rank_test:
-            return value  # an inlined function returned it, or `int(rank)`
+        if value.rank is not None or value.rank_test:
+            return value  # an inlined function returned it, `int(rank)`, `dist.get_rank()`, `os.environ.get("RANK")`
         qname = self.file.qualify(node.func)
         name = (qname or dotted_name(node.func) or "").rsplit(".", 1)[-1]
-        if qname in ("os.environ.get", "os.getenv") and node.args:
-            return dataclasses.replace(value, is_rank=self.names_rank_env_var(node.args[0].value))
         getter, flag = distributed.is_rank_getter(name), distributed.is_main_process_flag(name)
         # A function of this run is judged by what it returns (inlined), not by its name.
         if (getter or flag) and self.flow.program.resolve_function(self.file, self.function, node) is None:
-            return dataclasses.replace(value, is_rank=getter, rank_test=RankTest(True, True) if flag else None)
+            return dataclasses.replace(value, rank=Rank(SOME_RANK) if getter else None, rank_test=RankTest(True, True) if flag else None)
         return value
 
     def comprehension(self, node: cst.BaseComp, statement: cst.CSTNode, parents: tuple) -> Value:
@@ -1099,10 +1093,7 @@ class _Walker:
         if callee_ref is not None:
             return Value(event=self.emit(CALL_VALUE, node, targets=(callee_ref,), **common))
         event = self.emit(CALL, node, **{**common, "qname": qname or dotted_name(func)})
-        # `int(os.environ["RANK"])` is still the rank.
-        converts_rank = qname is None and isinstance(func, cst.Name) and func.value in ("int", "str") and bool(args) and args[0].is_rank
-        return Value(event=event, params_of=flowing if qname is None else frozenset(), rank=self.rank_of_call(qname, func, node, args),
-                     is_rank=converts_rank)
+        return Value(event=event, params_of=flowing if qname is None else frozenset(), rank=self.rank_of_call(qname, func, node, args))
 
     @staticmethod
     def rank_of_call(qname: str | None, func: cst.CSTNode, node: cst.Call, args: tuple[Value, ...]) -> Rank | None:
@@ -1186,7 +1177,7 @@ class _Walker:
             if name not in env or env[name].ref is None:
                 given = env.get(name, Value())
                 env[name] = Value(ref=Ref(prefix + name), params_of=given.params_of, rank=given.rank, constant=given.constant,
-                                  is_rank=given.is_rank, rank_test=given.rank_test, always_false=name in falsy and name not in env)
+                                  rank_test=given.rank_test, always_false=name in falsy and name not in env)
                 self.flow.assigned_roots.add(prefix + name)
                 self.record_origin(prefix + name, given.event)
         walker = _Walker(self.flow, callee.file, callee, env, prefix, self.chain + (callee.name,), self.depth + 1, self.stack,
@@ -1283,10 +1274,13 @@ def _common_ref(refs: list[Ref | None]) -> Ref | None:
 
 
 def _rank_variable(node: cst.CSTNode) -> Rank | None:
-    """The rank an environment variable named by `node` holds (`"LOCAL_RANK"`), if it is one."""
-    if isinstance(node, cst.SimpleString) and node.evaluated_value in _RANK_VARIABLES:
-        return Rank(_RANK_VARIABLES[node.evaluated_value], variable=node.evaluated_value)
-    return None
+    """The rank an environment variable named by `node` holds (`"LOCAL_RANK"`, `"NODE_RANK"`), if it is one."""
+    if not isinstance(node, cst.SimpleString):
+        return None
+    name = str(node.evaluated_value)
+    if name in _RANK_VARIABLES:
+        return Rank(_RANK_VARIABLES[name], variable=name)
+    return Rank(SOME_RANK, variable=name) if distributed.is_rank_env_var(name) else None
 
 
 _LEAVES = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis)
