@@ -26,6 +26,7 @@ import builtins
 import copy
 import dataclasses
 import itertools
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -101,9 +102,9 @@ def canonical(qname: str) -> str:
 
 
 def dotted_name(node: cst.CSTNode) -> str | None:
-    if isinstance(node, cst.Name):
+    if type(node) is cst.Name:
         return node.value
-    if isinstance(node, cst.Attribute):
+    if type(node) is cst.Attribute:
         base = dotted_name(node.value)
         return f"{base}.{node.attr.value}" if base else None
     return None
@@ -194,7 +195,7 @@ class RankGuard:
     def code(self) -> str:
         """`if dist.get_rank() == 0:`, the guard as written."""
         node = self.node
-        if isinstance(node, cst.If):
+        if type(node) is cst.If:
             prefix = "if" if self.branch != GUARD_ELSE else "else of if"
             return f"{prefix} {self.file.code(node.test).strip()}:"
         return "@" + ", @".join(self.file.code(d.decorator).strip() for d in node.decorators)
@@ -203,12 +204,12 @@ class RankGuard:
         """What the code under the guard knows: (a test, whether it holds), with `not`, `!=` and the
         branch folded in, so that `if not is_main:`'s body and `if is_main:`'s else both give
         `("is_main", False)`, and the rest of a block after `if rank != 0: return` gives `("rank == 0", True)`."""
-        if not isinstance(self.node, cst.If):
+        if not type(self.node) is cst.If:
             return self.code(), True
         test, holds = self.node.test, self.branch == GUARD_BODY
-        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        while type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
             test, holds = test.expression, not holds
-        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.comparisons[0].operator, cst.NotEqual):
+        if type(test) is cst.Comparison and len(test.comparisons) == 1 and type(test.comparisons[0].operator) is cst.NotEqual:
             test, holds = test.with_changes(comparisons=[test.comparisons[0].with_changes(operator=cst.Equal())]), not holds
         return " ".join(self.file.module.code_for_node(test).split()), holds
 
@@ -251,10 +252,10 @@ class Event:
 
     def keywords_set_true(self) -> frozenset[str]:
         """The keyword arguments written as `True` (`StateDictOptions(full_state_dict=True)`)."""
-        if not isinstance(self.node, cst.Call):
+        if not type(self.node) is cst.Call:
             return frozenset()
         return frozenset(arg.keyword.value for arg in self.node.args
-                         if arg.keyword is not None and isinstance(arg.value, cst.Name) and arg.value.value == "True")
+                         if arg.keyword is not None and type(arg.value) is cst.Name and arg.value.value == "True")
 
     @property
     def target(self) -> Ref | None:
@@ -265,9 +266,9 @@ class Event:
         whether the event is in its body (True) or its `else` (False)."""
         path = self.outer + self.parents + (self.statement,)
         for position, node in enumerate(path[:-1]):
-            if isinstance(node, cst.If):
+            if type(node) is cst.If:
                 inner = path[position + 1]
-                yield node, isinstance(node.body, cst.IndentedBlock) and any(s is inner for s in node.body.body)
+                yield node, type(node.body) is cst.IndentedBlock and any(s is inner for s in node.body.body)
 
     def conditions(self) -> set[tuple[str, bool]]:
         """What holds where the event runs, as (test source, truth): the tests of the `if`s around it
@@ -276,10 +277,10 @@ class Event:
         path = self.outer + self.parents + (self.statement,)
 
         def add(test: cst.CSTNode, truth: bool) -> None:
-            while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            while type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
                 test, truth = test.expression, not truth
             # `a and b` true: both true; `a or b` false: both false.
-            if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And if truth else cst.Or):
+            if type(test) is cst.BooleanOperation and isinstance(test.operator, cst.And if truth else cst.Or):
                 add(test.left, truth)
                 add(test.right, truth)
             facts.add((self.file.code(test).strip(), truth))
@@ -292,9 +293,9 @@ class Event:
                 statements = _body(suite)
                 if any(statement is inner for statement in statements):
                     for statement in statements[:[id(s) for s in statements].index(id(inner))]:
-                        if isinstance(statement, cst.SimpleStatementLine):
+                        if type(statement) is cst.SimpleStatementLine:
                             for small in statement.body:
-                                if isinstance(small, cst.Assert):
+                                if type(small) is cst.Assert:
                                     add(small.test, True)
         return facts
 
@@ -369,19 +370,19 @@ class _FileIndexer:
 
     def index(self, statements) -> None:
         for statement in statements:
-            if isinstance(statement, cst.SimpleStatementLine):
+            if type(statement) is cst.SimpleStatementLine:
                 for small in statement.body:
-                    if isinstance(small, cst.Import):
+                    if type(small) is cst.Import:
                         self.import_(small)
-                    elif isinstance(small, cst.ImportFrom):
+                    elif type(small) is cst.ImportFrom:
                         self.import_from(small)
-                    elif isinstance(small, cst.Assign):
+                    elif type(small) is cst.Assign:
                         self.assign(small)
-            elif isinstance(statement, cst.ClassDef):
+            elif type(statement) is cst.ClassDef:
                 self.scopes.append(("class", statement.name.value))
                 self.index(_body(statement.body))
                 self.scopes.pop()
-            elif isinstance(statement, cst.FunctionDef):
+            elif type(statement) is cst.FunctionDef:
                 self.function(statement)
                 self.scopes.append(("def", statement.name.value))
                 self.index(_body(statement.body))
@@ -395,7 +396,7 @@ class _FileIndexer:
             full = dotted_name(alias.name)
             if not full:
                 continue
-            if alias.asname and isinstance(alias.asname.name, cst.Name):
+            if alias.asname and type(alias.asname.name) is cst.Name:
                 self.model.imports[alias.asname.name.value] = full
             else:
                 head = full.split(".")[0]
@@ -404,14 +405,14 @@ class _FileIndexer:
     def import_from(self, node: cst.ImportFrom) -> None:
         base = dotted_name(node.module) if node.module else ""
         base = "." * len(node.relative) + (base or "")
-        if isinstance(node.names, cst.ImportStar):
+        if type(node.names) is cst.ImportStar:
             self.model.star_imports.append(canonical(base))
             return
         for alias in node.names:
             name = dotted_name(alias.name)
             if not name:
                 continue
-            local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else name
+            local = alias.asname.name.value if alias.asname and type(alias.asname.name) is cst.Name else name
             separator = "" if base.endswith(".") else "."
             self.model.imports[local] = canonical(f"{base}{separator}{name}")
 
@@ -424,32 +425,32 @@ class _FileIndexer:
         )
 
     def assign(self, node: cst.Assign) -> None:
-        if isinstance(node.value, cst.Call):
+        if type(node.value) is cst.Call:
             callee = (dotted_name(node.value.func) or "?").rsplit(".", 1)[-1]
             for target in node.targets:
-                if isinstance(target.target, cst.Attribute):
+                if type(target.target) is cst.Attribute:
                     self.model.attribute_types.setdefault(target.target.attr.value, set()).add(callee)
 
 
 def _body(suite: cst.CSTNode) -> list[cst.CSTNode]:
-    return list(suite.body) if isinstance(suite, cst.IndentedBlock) else [cst.SimpleStatementLine(suite.body)] if isinstance(suite, cst.SimpleStatementSuite) else []
+    return list(suite.body) if type(suite) is cst.IndentedBlock else [cst.SimpleStatementLine(suite.body)] if type(suite) is cst.SimpleStatementSuite else []
 
 
 def _suites(statement: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """The blocks of a compound statement, in order."""
-    if isinstance(statement, cst.If):
+    if type(statement) is cst.If:
         yield statement.body
-        if isinstance(statement.orelse, cst.If):
+        if type(statement.orelse) is cst.If:
             yield from _suites(statement.orelse)
         elif statement.orelse is not None:
             yield statement.orelse.body
-    elif isinstance(statement, (cst.For, cst.While)):
+    elif type(statement) in (cst.For, cst.While):
         yield statement.body
         if statement.orelse is not None:
             yield statement.orelse.body
-    elif isinstance(statement, cst.With):
+    elif type(statement) is cst.With:
         yield statement.body
-    elif isinstance(statement, (cst.Try, cst.TryStar)):
+    elif type(statement) in (cst.Try, cst.TryStar):
         yield statement.body
         for handler in statement.handlers:
             yield handler.body
@@ -457,7 +458,7 @@ def _suites(statement: cst.CSTNode) -> Iterator[cst.CSTNode]:
             yield statement.orelse.body
         if statement.finalbody is not None:
             yield statement.finalbody.body
-    elif isinstance(statement, cst.Match):
+    elif type(statement) is cst.Match:
         for case in statement.cases:
             yield case.body
 
@@ -519,13 +520,13 @@ class Flow:
         tests = {id(e.node): e for e in self.events if e.kind == CALL and e.qname == "isinstance" and len(e.args) == 2}
         for node, in_body in event.branches():
             test, holds = node.test, in_body
-            if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
                 test, holds = test.expression, not holds
             check = tests.get(id(test))
             if check is None or check.args[0].ref is None or not ref.is_within(check.args[0].ref):
                 continue
             kinds = check.node.args[1].value
-            names = [element.value for element in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+            names = [element.value for element in kinds.elements] if type(kinds) is cst.Tuple else [kinds]
             if any(self.file.qualify(name) in classes or check.file.qualify(name) in classes for name in names):
                 return holds
         return None
@@ -599,6 +600,7 @@ class Program:
         self.files = files
         self._call_ids = itertools.count(1)
         self.functions_by_name: dict[str, list[FunctionInfo]] = {}
+        self._bound_counts: dict[int, tuple[cst.CSTNode, Counter[str]]] = {}
         for file in files:
             for function in file.functions.values():
                 self.functions_by_name.setdefault(function.name, []).append(function)
@@ -633,17 +635,25 @@ class Program:
     def next_call_id(self) -> int:
         return next(self._call_ids)
 
+    def bound_counts(self, file: FileModel, function: FunctionInfo | None) -> Counter[str]:
+        """How many statements of the function (or module) body bind each name, counted once per body."""
+        owner = function.node if function else file.module
+        if id(owner) not in self._bound_counts:
+            body = _body(owner.body) if function else list(owner.body)
+            self._bound_counts[id(owner)] = (owner, Counter(_bound_names(body)))  # the node kept: its id stays its own
+        return self._bound_counts[id(owner)][1]
+
     def resolve_function(self, file: FileModel, caller: FunctionInfo | None, call: cst.Call) -> FunctionInfo | None:
         """The function of this run a call reaches: nested, same class, same file, imported, or unique."""
         return self.resolve_callable(file, caller, call.func)
 
     def resolve_callable(self, file: FileModel, caller: FunctionInfo | None, func: cst.CSTNode) -> FunctionInfo | None:
         """The function of this run a name or attribute refers to, as `resolve_function` finds it."""
-        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+        if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "self":
             if caller and caller.class_name:
                 return file.functions.get(f"{caller.class_name}.{func.attr.value}")
             return None
-        if isinstance(func, cst.Name):
+        if type(func) is cst.Name:
             name = func.value
             if caller and f"{caller.qualname}.{name}" in file.functions:
                 return file.functions[f"{caller.qualname}.{name}"]
@@ -711,7 +721,7 @@ class _Walker:
     # statements
 
     def walk_suite(self, suite: cst.CSTNode, parents: tuple[cst.CSTNode, ...]) -> None:
-        if isinstance(suite, (cst.Module, cst.IndentedBlock)):
+        if type(suite) in (cst.Module, cst.IndentedBlock):
             saved = self.rank_guards
             for statement in suite.body:
                 test = self.statement(statement, parents)
@@ -719,7 +729,7 @@ class _Walker:
                 if test is not None and test.when_false and statement.orelse is None and _exits_block(statement.body):
                     self.rank_guards += (RankGuard(statement, GUARD_AFTER_EXIT, self.file, self.chain),)
             self.rank_guards = saved
-        elif isinstance(suite, cst.SimpleStatementSuite):
+        elif type(suite) is cst.SimpleStatementSuite:
             # `if x: a(); b()`: the compound statement holds them; `def f(): a()`: the def itself.
             holder, outer = (parents[-1], parents[:-1]) if parents else (self.function.node, ())
             for small in suite.body:
@@ -728,10 +738,10 @@ class _Walker:
     def statement(self, node: cst.CSTNode, parents: tuple[cst.CSTNode, ...]) -> RankTest | None:
         """Walks one statement; for an `if`, returns its test's dependence on the rank."""
         inner = parents + (node,)
-        if isinstance(node, cst.SimpleStatementLine):
+        if type(node) is cst.SimpleStatementLine:
             for small in node.body:
                 self.small_statement(small, node, parents)
-        elif isinstance(node, cst.If):
+        elif type(node) is cst.If:
             value = self.expr(node.test, node, parents)
             truth = False if value.always_false else self.static_truth(node.test)
             test = value.rank_test
@@ -740,25 +750,25 @@ class _Walker:
                     self.walk_suite(node.body, inner)
             if node.orelse is not None and truth is not True:
                 with self.guarded(node, GUARD_ELSE, test, bool(test and test.when_false)):
-                    if isinstance(node.orelse, cst.If):
+                    if type(node.orelse) is cst.If:
                         self.statement(node.orelse, parents)
                     else:
                         self.walk_suite(node.orelse.body, inner)
             return test
-        elif isinstance(node, cst.For):
+        elif type(node) is cst.For:
             iterable = self.expr(node.iter, node, parents)
             element = self.element_of(iterable)
             self.bind(node.target, element)
-            if element.ref is None and isinstance(node.target, cst.Name):
+            if element.ref is None and type(node.target) is cst.Name:
                 # `for module in children_bottom_up(model)[:-1]`: each element comes from `model`.
                 self.flow.derived_from[self.prefix + node.target.value] = self.roots_read(node.iter)
             self.walk_suite(node.body, inner)
             if node.orelse:
                 self.walk_suite(node.orelse.body, inner)
-        elif isinstance(node, cst.While):
+        elif type(node) is cst.While:
             self.expr(node.test, node, parents)
             self.walk_suite(node.body, inner)
-        elif isinstance(node, cst.With):
+        elif type(node) is cst.With:
             meta = 0
             saved_contexts = self.contexts
             for item in node.items:
@@ -772,7 +782,7 @@ class _Walker:
             self.walk_suite(node.body, inner)
             self.meta_depth -= meta
             self.contexts = saved_contexts
-        elif isinstance(node, (cst.Try, cst.TryStar)):
+        elif type(node) in (cst.Try, cst.TryStar):
             self.walk_suite(node.body, inner)
             for handler in node.handlers:
                 self.walk_suite(handler.body, inner)
@@ -780,7 +790,7 @@ class _Walker:
                 self.walk_suite(node.orelse.body, inner)
             if node.finalbody:
                 self.walk_suite(node.finalbody.body, inner)
-        elif isinstance(node, cst.Match):
+        elif type(node) is cst.Match:
             self.expr(node.subject, node, parents)
             for case in node.cases:
                 self.walk_suite(case.body, inner)
@@ -788,50 +798,49 @@ class _Walker:
     def static_truth(self, test: cst.CSTNode) -> bool | None:
         """The value of an `if` test on a name known to hold a literal (a parameter the call passed
         `scaler=None` for, or `scaler = None` assigned once): `if scaler is not None:` is dead."""
-        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
             inner = self.static_truth(test.expression)
             return None if inner is None else not inner
-        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        if type(test) is cst.Comparison and len(test.comparisons) == 1:
             comparison = test.comparisons[0]
-            if isinstance(comparison.comparator, cst.Name) and comparison.comparator.value == "None":
+            if type(comparison.comparator) is cst.Name and comparison.comparator.value == "None":
                 known = self.parameter_constant(test.left)
-                if known is not None and isinstance(comparison.operator, (cst.Is, cst.IsNot)):
-                    return (known == "None") == isinstance(comparison.operator, cst.Is)
+                if known is not None and type(comparison.operator) in (cst.Is, cst.IsNot):
+                    return (known == "None") == type(comparison.operator) is cst.Is
             return None
         known = self.parameter_constant(test)
         return None if known is None else known == "True"
 
     def parameter_constant(self, node: cst.CSTNode) -> str | None:
         """The literal a parameter was passed, or a name assigned once was given."""
-        if not isinstance(node, cst.Name):
+        if not type(node) is cst.Name:
             return None
         value = self.env.get(node.value)
         return value.constant if value is not None else None
 
     def assigned_once(self, name: str) -> bool:
         """Whether the function (or module) body binds `name` in one statement only."""
-        body = _body(self.function.node.body) if self.function else list(self.file.module.body)
-        return sum(1 for bound in _bound_names(body) if bound == name) == 1
+        return self.flow.program.bound_counts(self.file, self.function)[name] == 1
 
     def small_statement(self, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple[cst.CSTNode, ...]) -> None:
-        if isinstance(node, cst.Expr):
+        if type(node) is cst.Expr:
             self.expr(node.value, statement, parents)
-        elif isinstance(node, cst.Assign):
+        elif type(node) is cst.Assign:
             value = self.expr(node.value, statement, parents)
             for target in node.targets:
                 self.bind(target.target, value, statement, parents)
-        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+        elif type(node) is cst.AnnAssign and node.value is not None:
             self.bind(node.target, self.expr(node.value, statement, parents), statement, parents)
-        elif isinstance(node, cst.AugAssign):
+        elif type(node) is cst.AugAssign:
             self.expr(node.value, statement, parents)
-        elif isinstance(node, cst.Return) and node.value is not None:
+        elif type(node) is cst.Return and node.value is not None:
             self.returned = self.expr(node.value, statement, parents)
-        elif isinstance(node, (cst.Raise, cst.Assert)):
+        elif type(node) in (cst.Raise, cst.Assert):
             for child in node.children:
                 self.expr(child, statement, parents)
 
     def bind(self, target: cst.CSTNode, value: Value, statement: cst.CSTNode | None = None, parents: tuple = ()) -> None:
-        if isinstance(target, (cst.Tuple, cst.List)):
+        if type(target) in (cst.Tuple, cst.List):
             elements = [element.value for element in target.elements]
             if value.elements is not None and len(value.elements) == len(elements):
                 for element, element_value in zip(elements, value.elements):
@@ -842,7 +851,7 @@ class _Walker:
                 last = position == len(elements) - 1
                 self.bind(element, value if last and (value.ref or value.params_of) else Value(), statement, parents)
             return
-        if isinstance(target, (cst.Attribute, cst.Subscript)) and statement is not None:
+        if type(target) in (cst.Attribute, cst.Subscript) and statement is not None:
             assigned = self.ref_of(target)
             if assigned is not None:  # `model.tok_embeddings = new`: a sub-module replaced
                 self.emit(ASSIGN, target, statement, parents, targets=(assigned,))
@@ -852,7 +861,7 @@ class _Walker:
         if value.ref is not None:
             bound = value
         else:
-            root = self.prefix + key if isinstance(target, cst.Name) else None
+            root = self.prefix + key if type(target) is cst.Name else None
             ref = Ref(root) if root else self.ref_of(target)
             if root:
                 self.flow.assigned_roots.add(root)
@@ -901,17 +910,17 @@ class _Walker:
         pending = [node]
         while pending:
             node = pending.pop()
-            if isinstance(node, (cst.Name, cst.Attribute)):
+            if type(node) in (cst.Name, cst.Attribute):
                 ref = self.ref_of(node)
                 if ref is not None:
                     roots.add(ref.root)
-                elif isinstance(node, cst.Attribute):
+                elif type(node) is cst.Attribute:
                     pending.append(node.value)
-            elif isinstance(node, cst.Call):
+            elif type(node) is cst.Call:
                 pending += [node.func, *(arg.value for arg in node.args)]
-            elif isinstance(node, cst.Subscript):
+            elif type(node) is cst.Subscript:
                 pending.append(node.value)
-            elif not isinstance(node, (cst.Lambda, cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+            elif not type(node) in (cst.Lambda, cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
                 pending += _subexpressions(node)
         return roots
 
@@ -919,15 +928,15 @@ class _Walker:
         key = dotted_name(node)
         if key is not None and key in self.env:
             return self.env[key].ref
-        if isinstance(node, cst.Name):
+        if type(node) is cst.Name:
             name = node.value
             if name in self.file.imports or name in _BUILTINS or name in self.file.functions:
                 return None
             return Ref(self.prefix + name)
-        if isinstance(node, cst.Attribute):
+        if type(node) is cst.Attribute:
             base = self.ref_of(node.value)
             return base.child(node.attr.value) if base else None
-        if isinstance(node, cst.Subscript):
+        if type(node) is cst.Subscript:
             base = self.ref_of(node.value)
             return base.child("[]") if base else None
         return None
@@ -937,47 +946,47 @@ class _Walker:
         return Value(ref=source.child("[]")) if source else Value()
 
     def expr(self, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple, with_item: bool = False) -> Value:
-        if isinstance(node, cst.Name) and node.value in _CONSTANTS:
+        if type(node) is cst.Name and node.value in _CONSTANTS:
             return Value(constant=node.value)
-        if isinstance(node, (cst.Name, cst.Attribute)):
+        if type(node) in (cst.Name, cst.Attribute):
             key = dotted_name(node)
             if key is not None and key in self.env:
                 return self.env[key]
-            if isinstance(node, cst.Attribute):
+            if type(node) is cst.Attribute:
                 self.expr(node.value, statement, parents)
             # An unassigned name or attribute says by its name whether it is a rank (`self.global_rank`).
-            name = node.value if isinstance(node, cst.Name) else node.attr.value
+            name = node.value if type(node) is cst.Name else node.attr.value
             flag = distributed.is_main_process_flag(name)
             return Value(ref=self.ref_of(node), rank=Rank(SOME_RANK) if distributed.is_rank_name(name) else None,
                          rank_test=RankTest(True, True) if flag else None)
-        if isinstance(node, cst.Subscript):
+        if type(node) is cst.Subscript:
             base = self.expr(node.value, statement, parents)
             for element in node.slice:
                 self.expr(element, statement, parents)
             index = node.slice[0].slice if len(node.slice) == 1 else None
-            if isinstance(index, cst.Index) and self.file.qualify(node.value) == "os.environ":  # os.environ["LOCAL_RANK"]
+            if type(index) is cst.Index and self.file.qualify(node.value) == "os.environ":  # os.environ["LOCAL_RANK"]
                 return Value(rank=_rank_variable(index.value))
             return Value(ref=base.ref.child("[]")) if base.ref else Value()
-        if isinstance(node, cst.Call):
+        if type(node) is cst.Call:
             return self.call(node, statement, parents, with_item)
-        if isinstance(node, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
+        if type(node) in (cst.Lambda, cst.FunctionDef, cst.ClassDef):
             return Value()
-        if isinstance(node, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+        if type(node) in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
             return self.comprehension(node, statement, parents)
-        if isinstance(node, cst.Comparison):
+        if type(node) is cst.Comparison:
             return self.comparison(node, statement, parents)
-        if isinstance(node, cst.BooleanOperation):
+        if type(node) is cst.BooleanOperation:
             left, right = self.expr(node.left, statement, parents), self.expr(node.right, statement, parents)
-            operator = "and" if isinstance(node.operator, cst.And) else "or"
+            operator = "and" if type(node.operator) is cst.And else "or"
             return Value(params_of=left.params_of | right.params_of, rank_test=RankTest.combine(operator, left.rank_test, right.rank_test))
-        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
+        if type(node) is cst.UnaryOperation and type(node.operator) is cst.Not:
             operand = self.expr(node.expression, statement, parents)
             return Value(rank_test=operand.rank_test.negated() if operand.rank_test else None)
-        if isinstance(node, (cst.Tuple, cst.List)):
+        if type(node) in (cst.Tuple, cst.List):
             elements = tuple(self.expr(element.value, statement, parents) for element in node.elements)
             params = frozenset().union(*(element.params_of for element in elements))
             return Value(params_of=params, elements=elements, iterates=_common_ref([e.ref for e in elements]))
-        if isinstance(node, cst.FormattedString):
+        if type(node) is cst.FormattedString:
             parts = [self.expr(part, statement, parents) for part in _subexpressions(node)]
             ranks = {part.rank for part in parts if part.rank}
             return Value(rank=replace(ranks.pop(), formatted=True) if len(ranks) == 1 else None)
@@ -994,8 +1003,8 @@ class _Walker:
         values = [self.expr(part, statement, parents) for part in _subexpressions(node)]
         params = frozenset().union(*(value.params_of for value in values))
         compares_rank = any(value.rank is not None for value in values)
-        not_distributed = any(isinstance(target.operator, (cst.Is, cst.IsNot))
-                              or isinstance(target.operator, (cst.Equal, cst.NotEqual)) and _is_minus_one(target.comparator)
+        not_distributed = any(type(target.operator) in (cst.Is, cst.IsNot)
+                              or type(target.operator) in (cst.Equal, cst.NotEqual) and _is_minus_one(target.comparator)
                               for target in node.comparisons)
         return Value(params_of=params, rank_test=RankTest(True, True) if compares_rank and not not_distributed else None)
 
@@ -1024,7 +1033,7 @@ class _Walker:
             for condition in clause.ifs:
                 self.expr(condition.test, statement, parents)
             clause = clause.inner_for_in
-        parts = (node.key, node.value) if isinstance(node, cst.DictComp) else (node.elt,)
+        parts = (node.key, node.value) if type(node) is cst.DictComp else (node.elt,)
         values = [self.expr(part, statement, parents) for part in parts]
         params = frozenset().union(*(value.params_of for value in values))
         # `[m for m in model.layers if ...]` still iterates sub-modules of `model`.
@@ -1035,7 +1044,7 @@ class _Walker:
 
     def _call(self, node: cst.Call, statement: cst.CSTNode, parents: tuple, with_item: bool) -> Value:
         func = node.func
-        receiver = self.expr(func.value, statement, parents) if isinstance(func, cst.Attribute) else Value()
+        receiver = self.expr(func.value, statement, parents) if type(func) is cst.Attribute else Value()
         args = tuple(self.expr(arg.value, statement, parents) for arg in node.args if arg.keyword is None and not arg.star)
         kwargs = {arg.keyword.value: self.expr(arg.value, statement, parents) for arg in node.args if arg.keyword is not None}
         flowing = frozenset().union(*(value.params_of for value in (*args, *kwargs.values())))
@@ -1056,7 +1065,7 @@ class _Walker:
             module = args[0] if args else kwargs.get("module", Value())
             event = self.emit(WRAP, node, targets=(module.ref,) if module.ref else (), **common)
             return Value(ref=module.ref, event=event)
-        if qname is None and isinstance(func, cst.Name) and func.value in _ITERABLE_WRAPPERS and args:
+        if qname is None and type(func) is cst.Name and func.value in _ITERABLE_WRAPPERS and args:
             return Value(iterates=args[0].iterates or args[0].ref, params_of=flowing)
         if self.builds_on_meta(node):
             return Value(event=Event(META, node, self.file, statement, parents, self.chain))
@@ -1072,7 +1081,7 @@ class _Walker:
         if self.is_optimizer(qname, node, handed):
             event = self.emit(OPTIMIZER, node, params_of=handed, **common)
             return Value(event=event, params_of=handed)
-        if isinstance(func, cst.Attribute) and receiver.ref is not None and qname is None:
+        if type(func) is cst.Attribute and receiver.ref is not None and qname is None:
             method = func.attr.value
             event = self.emit(METHOD, node, targets=(receiver.ref,), method=method, **common)
             if method in _PARAMETER_METHODS:
@@ -1086,7 +1095,7 @@ class _Walker:
             if method in _GATHERS:
                 return Value(event=event)
             return Value(event=event, params_of=receiver.params_of)
-        if (isinstance(func, cst.Attribute) and qname is None and func.attr.value in _RETURNS_SELF
+        if (type(func) is cst.Attribute and qname is None and func.attr.value in _RETURNS_SELF
                 and receiver.event is not None and receiver.event.kind == CALL):
             return receiver  # `nn.Linear(4, 4).to(device)` is still the module `nn.Linear(...)` built
         callee_ref = self.ref_of(func) if qname is None else None
@@ -1102,13 +1111,13 @@ class _Walker:
             return Rank(_RANK_CALLS[qname])
         if qname in _ENVIRONMENT_READS and node.args:
             return _rank_variable(node.args[0].value)
-        if qname is None and isinstance(func, cst.Name) and func.value in _RANK_CONVERSIONS and len(args) == 1:
+        if qname is None and type(func) is cst.Name and func.value in _RANK_CONVERSIONS and len(args) == 1:
             return args[0].rank
         return None
 
     @staticmethod
     def is_meta_literal(node: cst.CSTNode) -> bool:
-        return isinstance(node, cst.SimpleString) and node.evaluated_value == "meta"
+        return type(node) is cst.SimpleString and node.evaluated_value == "meta"
 
     def builds_on_meta(self, node: cst.Call) -> bool:
         """`Model(..., device="meta")` or `device=torch.device("meta")`."""
@@ -1121,7 +1130,7 @@ class _Walker:
     def is_meta_device(self, node: cst.CSTNode) -> bool:
         """`torch.device("meta")` used as a context manager."""
         return (
-            isinstance(node, cst.Call)
+            type(node) is cst.Call
             and self.file.qualify(node.func) == "torch.device"
             and bool(node.args)
             and self.is_meta_literal(node.args[0].value)
@@ -1139,10 +1148,10 @@ class _Walker:
 
     def method_of_instance(self, func: cst.BaseExpression, receiver: Value) -> FunctionInfo | None:
         """`trainer.save(...)` where `trainer = Trainer(...)` and this run defines `Trainer.save`."""
-        if not isinstance(func, cst.Attribute) or receiver.ref is None or receiver.ref.path:
+        if not type(func) is cst.Attribute or receiver.ref is None or receiver.ref.path:
             return None
         built_by = self.flow.origin(receiver, len(self.flow.events))
-        if built_by is None or built_by.kind not in (CALL, CALL_VALUE) or not isinstance(built_by.node, cst.Call):
+        if built_by is None or built_by.kind not in (CALL, CALL_VALUE) or not type(built_by.node) is cst.Call:
             return None
         qualname = f"{(dotted_name(built_by.node.func) or '').rsplit('.', 1)[-1]}.{func.attr.value}"
         candidates = [f for f in self.flow.program.functions_by_name.get(func.attr.value, ()) if f.qualname == qualname]
@@ -1159,7 +1168,7 @@ class _Walker:
         params = list(callee.params)
         if callee.class_name and params and params[0] in ("self", "cls"):
             self_name = params.pop(0)
-            if isinstance(node.func, cst.Attribute):
+            if type(node.func) is cst.Attribute:
                 env[self_name] = receiver if receiver.ref else Value(ref=Ref(prefix + self_name))
                 # What the caller knows of `self.x` holds in the callee too.
                 env.update({key: value for key, value in self.env.items() if key.startswith("self.")})
@@ -1197,28 +1206,28 @@ def _bound_names(statements) -> Iterator[str]:
     """Every name the statements bind (assignments, loop targets, `with ... as`), nested blocks
     included, nested functions and classes not."""
     def targets(node: cst.CSTNode) -> Iterator[str]:
-        if isinstance(node, cst.Name):
+        if type(node) is cst.Name:
             yield node.value
-        elif isinstance(node, (cst.Tuple, cst.List)):
+        elif type(node) in (cst.Tuple, cst.List):
             for element in node.elements:
                 yield from targets(element.value)
-        elif isinstance(node, cst.StarredElement):
+        elif type(node) is cst.StarredElement:
             yield from targets(node.value)
 
     for statement in statements:
-        if isinstance(statement, cst.SimpleStatementLine):
+        if type(statement) is cst.SimpleStatementLine:
             for small in statement.body:
-                if isinstance(small, cst.Assign):
+                if type(small) is cst.Assign:
                     for target in small.targets:
                         yield from targets(target.target)
-                elif isinstance(small, (cst.AnnAssign, cst.AugAssign)):
+                elif type(small) in (cst.AnnAssign, cst.AugAssign):
                     yield from targets(small.target)
-        elif isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+        elif type(statement) in (cst.FunctionDef, cst.ClassDef):
             continue
         else:
-            if isinstance(statement, cst.For):
+            if type(statement) is cst.For:
                 yield from targets(statement.target)
-            if isinstance(statement, cst.With):
+            if type(statement) is cst.With:
                 for item in statement.items:
                     if item.asname:
                         yield from targets(item.asname.name)
@@ -1229,33 +1238,33 @@ def _bound_names(statements) -> Iterator[str]:
 def _literal_default(function: cst.FunctionDef, name: str) -> str | None:
     """"None", "True" or "False" when the parameter's default is that literal."""
     for param in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params):
-        if param.name.value == name and isinstance(param.default, cst.Name) and param.default.value in _CONSTANTS:
+        if param.name.value == name and type(param.default) is cst.Name and param.default.value in _CONSTANTS:
             return param.default.value
     return None
 
 
 def _decorator_name(decorator: cst.Decorator) -> str:
     """`rank_zero_only` for `@rank_zero_only`, `@utils.rank_zero_only` and `@accelerator.on_main_process(...)`."""
-    node = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
+    node = decorator.decorator.func if type(decorator.decorator) is cst.Call else decorator.decorator
     return (dotted_name(node) or "").rsplit(".", 1)[-1]
 
 
 def _falsy_defaults(function: cst.FunctionDef) -> set[str]:
     """Parameters whose default is `False` or `None`."""
     params = (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)
-    return {p.name.value for p in params if isinstance(p.default, cst.Name) and p.default.value in ("False", "None")}
+    return {p.name.value for p in params if type(p.default) is cst.Name and p.default.value in ("False", "None")}
 
 
 def _exits_block(suite: cst.CSTNode) -> bool:
     """The block ends in `return` or `continue`: what follows it runs only where its test failed."""
     body = _body(suite)
     last = body[-1] if body else None
-    return isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], (cst.Return, cst.Continue))
+    return type(last) is cst.SimpleStatementLine and isinstance(last.body[-1], (cst.Return, cst.Continue))
 
 
 def _is_minus_one(node: cst.CSTNode) -> bool:
-    return (isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus)
-            and isinstance(node.expression, cst.Integer) and node.expression.value == "1")
+    return (type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus
+            and type(node.expression) is cst.Integer and node.expression.value == "1")
 
 
 def _common_ref(refs: list[Ref | None]) -> Ref | None:
@@ -1275,7 +1284,7 @@ def _common_ref(refs: list[Ref | None]) -> Ref | None:
 
 def _rank_variable(node: cst.CSTNode) -> Rank | None:
     """The rank an environment variable named by `node` holds (`"LOCAL_RANK"`, `"NODE_RANK"`), if it is one."""
-    if not isinstance(node, cst.SimpleString):
+    if not type(node) is cst.SimpleString:
         return None
     name = str(node.evaluated_value)
     if name in _RANK_VARIABLES:
@@ -1288,22 +1297,22 @@ _LEAVES = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis
 
 def _subexpressions(node: cst.CSTNode) -> list[cst.CSTNode]:
     """The expressions directly inside `node`, without LibCST's costly generic `children`."""
-    if isinstance(node, _LEAVES):
+    if type(node) in _LEAVES:
         return []
-    if isinstance(node, (cst.BinaryOperation, cst.BooleanOperation, cst.ConcatenatedString)):
+    if type(node) in (cst.BinaryOperation, cst.BooleanOperation, cst.ConcatenatedString):
         return [node.left, node.right]
-    if isinstance(node, cst.Comparison):
+    if type(node) is cst.Comparison:
         return [node.left, *(target.comparator for target in node.comparisons)]
-    if isinstance(node, (cst.UnaryOperation, cst.Await)):
+    if type(node) in (cst.UnaryOperation, cst.Await):
         return [node.expression]
-    if isinstance(node, cst.IfExp):
+    if type(node) is cst.IfExp:
         return [node.test, node.body, node.orelse]
-    if isinstance(node, cst.Dict):
-        return [part for element in node.elements for part in ((element.key, element.value) if isinstance(element, cst.DictElement) else (element.value,))]
-    if isinstance(node, cst.Set):
+    if type(node) is cst.Dict:
+        return [part for element in node.elements for part in ((element.key, element.value) if type(element) is cst.DictElement else (element.value,))]
+    if type(node) is cst.Set:
         return [element.value for element in node.elements]
-    if isinstance(node, cst.FormattedString):
-        return [part.expression for part in node.parts if isinstance(part, cst.FormattedStringExpression)]
-    if isinstance(node, (cst.StarredElement, cst.NamedExpr, cst.Yield, cst.Expr)):
+    if type(node) is cst.FormattedString:
+        return [part.expression for part in node.parts if type(part) is cst.FormattedStringExpression]
+    if type(node) in (cst.StarredElement, cst.NamedExpr, cst.Yield, cst.Expr):
         return [node.value] if node.value is not None else []
     return [child for child in node.children if isinstance(child, cst.BaseExpression)]
