@@ -25,6 +25,7 @@ from __future__ import annotations
 import builtins
 import copy
 import dataclasses
+import heapq
 import itertools
 from collections import Counter
 from contextlib import contextmanager
@@ -480,6 +481,8 @@ class Flow:
         self.constructed: dict[str, str] = {}
         # root -> roots of the values it was computed from (`module = get_module(model, path)`)
         self.derived_from: dict[str, set[str]] = {}
+        self._by_kind: dict[str, list[Event]] = {}  # the events, by kind, up to _indexed
+        self._indexed = 0
 
     @property
     def is_entry(self) -> bool:
@@ -491,7 +494,12 @@ class Flow:
         return ref.root in self.assigned_roots and ref.root not in self.parameter_roots
 
     def of_kind(self, *kinds: str) -> Iterator[Event]:
-        return (event for event in self.events if event.kind in kinds)
+        """The events of these kinds, in order: rules ask this of every flow, most for a rare kind."""
+        for event in self.events[self._indexed:]:  # emitted since the last call
+            self._by_kind.setdefault(event.kind, []).append(event)
+        self._indexed = len(self.events)
+        lists = [self._by_kind.get(kind, []) for kind in kinds]
+        return iter(lists[0]) if len(lists) == 1 else heapq.merge(*lists, key=lambda event: event.index)
 
     def shard_events(self, fsdp: int | None = None) -> Iterator[Event]:
         kinds = {2: (SHARD,), 1: (WRAP,), None: (SHARD, WRAP)}[fsdp]

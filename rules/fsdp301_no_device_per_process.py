@@ -65,7 +65,7 @@ class NoDevicePerProcess(Rule):
 
         for flow in script_flows(program):
             events = list(flow.of_kind(CALL, METHOD))
-            if any("CUDA_VISIBLE_DEVICES" in event.file.source.text for event in events):
+            if any("CUDA_VISIBLE_DEVICES" in file.source.text for file in {event.file.display: event.file for event in events}.values()):
                 continue
             if any(_chooses_device(event) for event in events):
                 continue
