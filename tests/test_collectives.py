@@ -88,6 +88,18 @@ def test_guard_forms():
     """) == [5, 7, 9, 11, 15, 17]
 
 
+def test_a_rank_known_only_by_its_name_or_variable_guards_too():
+    # Neither global nor local as far as the model knows, but a rank all the same.
+    assert lines("""
+    if int(os.environ["NODE_RANK"]) == 0:
+        dist.barrier()
+    if str(self.rank) == "0":
+        dist.barrier()
+    if trainer.get_rank() == 0:
+        dist.barrier()
+    """) == [3, 5, 7]
+
+
 def test_early_return_and_decorator():
     assert lines("""
     from lightning.pytorch.utilities import rank_zero_only
