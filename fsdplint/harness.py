@@ -10,7 +10,8 @@ losses as `bad.py`, within `rtol`/`atol`. The expectations live in each `verify.
 knows a rule. Importing this module does not import torch.
 
 A `[run]` table in `verify.toml` says where a symptom can be shown, when it cannot be everywhere:
-`devices` (the row devices it runs on), `min_gpus` (CUDA devices that must be visible), `nnodes`
+`devices` (the row devices it runs on), `min_gpus` (CUDA devices that must be visible), `min_ranks`
+(a symptom that is a difference between ranks needs two; a CUDA row has one rank per GPU), `nnodes`
 (nodes simulated on this machine, one torchrun agent each), `nproc_per_node`, `gpus_per_node` (each
 simulated node sees only its own GPUs, as a node of a cluster does) and `reason`. A row that cannot
 run here is reported as skipped, with the reason, never as passed. `[fixed] min_gpus` is for a fix
@@ -57,16 +58,20 @@ class Launch:
 
     devices: tuple[str, ...] = ()  # empty: every device of the plan
     min_gpus: int = 0
+    min_ranks: int = 1
     nnodes: int = 1
     nproc_per_node: int | None = None  # None: the plan's
     gpus_per_node: int | None = None  # None: every simulated node sees every GPU
     reason: str = ""
 
-    def skip_reason(self, device: str, gpus: int) -> str | None:
-        """Why a row on `device`, on a machine with `gpus` visible GPUs, cannot show the symptom."""
+    def skip_reason(self, device: str, gpus: int, ranks: int) -> str | None:
+        """Why a row on `device` with `ranks` ranks, on a machine with `gpus` visible GPUs, cannot show
+        the symptom."""
         why = f": {self.reason}" if self.reason else ""
         if self.devices and device not in self.devices:
             return f"runs on {', '.join(self.devices)} only{why}"
+        if ranks < self.min_ranks:
+            return f"needs {self.min_ranks} ranks, this row has {ranks}{why}"
         needed = max(self.min_gpus, self.nnodes * self.gpus_per_node if device == "cuda" and self.gpus_per_node else 0)
         if gpus < needed:
             return f"needs {needed} GPU{'s' if needed > 1 else ''}, {gpus} visible{why}"
@@ -170,7 +175,7 @@ def load_cases(fixtures: Path, rules: Iterable[str] = ()) -> list[Case]:
 
 
 def _launch(spec: Path, table: dict) -> Launch:
-    known = {"devices", "min_gpus", "nnodes", "nproc_per_node", "gpus_per_node", "reason"}
+    known = {"devices", "min_gpus", "min_ranks", "nnodes", "nproc_per_node", "gpus_per_node", "reason"}
     unknown = set(table) - known
     if unknown:
         raise VerifyError(f"{spec}: unknown [run] keys {', '.join(sorted(unknown))} (known: {', '.join(sorted(known))})")
@@ -420,7 +425,7 @@ def verify_case(case: Case, device: str, nproc: int, fixtures: Path, timeout: fl
     launch = case.launch
     ranks = (launch.nproc_per_node or nproc) * launch.nnodes
     row = Row(case.name, device, ranks, "fsdplint fix" if case.fixed_source == "fix" else "good.py")
-    row.skipped = launch.skip_reason(device, gpus) or ""
+    row.skipped = launch.skip_reason(device, gpus, ranks) or ""
     if row.skipped:
         return row
     where = (fixtures, device, nproc, timeout, torchrun_args, launch, gpus)

@@ -236,11 +236,17 @@ def test_a_row_that_cannot_run_here_is_skipped_with_its_reason(tmp_path: Path):
 
 def test_simulated_nodes_need_a_gpu_each_on_cuda_rows_and_share_on_cpu_rows():
     launch = harness.Launch(nnodes=2, nproc_per_node=1, gpus_per_node=1, min_gpus=1)
-    assert launch.skip_reason("cuda", 1) == "needs 2 GPUs, 1 visible"
-    assert launch.skip_reason("cuda", 2) is None and launch.skip_reason("cpu", 1) is None
-    assert launch.skip_reason("cpu", 0) == "needs 1 GPU, 0 visible"
+    assert launch.skip_reason("cuda", 1, 2) == "needs 2 GPUs, 1 visible"
+    assert launch.skip_reason("cuda", 2, 2) is None and launch.skip_reason("cpu", 1, 2) is None
+    assert launch.skip_reason("cpu", 0, 2) == "needs 1 GPU, 0 visible"
     assert [harness._node_gpus(launch, node, 2) for node in (0, 1)] == [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]
     assert [harness._node_gpus(launch, node, 1) for node in (0, 1)] == [{"CUDA_VISIBLE_DEVICES": "0"}] * 2
+
+
+def test_a_symptom_between_ranks_skips_a_row_of_one_rank():
+    launch = harness.Launch(min_ranks=2, reason="ranks must differ")
+    assert launch.skip_reason("cuda", 1, 1) == "needs 2 ranks, this row has 1: ranks must differ"
+    assert launch.skip_reason("cuda", 2, 2) is None and launch.skip_reason("cpu", 0, 2) is None
 
 
 def test_run_table_is_validated(tmp_path: Path):
