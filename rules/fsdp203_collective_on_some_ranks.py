@@ -70,13 +70,15 @@ class CollectiveOnSomeRanks(Rule):
     def check(self, program) -> Iterable[Finding]:
         for flow in program.flows:
             # A collective over a group of its own may be meant for the guarded ranks only.
-            collectives = [(event, name) for event in flow.events
-                           if event.rank_guards and not {"group", "process_group"} & event.kwargs.keys() and (name := flow.collective(event))]
+            every = [(event, name) for event in flow.events
+                     if not {"group", "process_group"} & event.kwargs.keys() and (name := flow.collective(event))]
+            collectives = [(event, name) for event, name in every if event.rank_guards]
             # Where the other ranks reach a collective too, each rank reaches one: `if rank == 0:
             # broadcast(x) else: broadcast(y)`, or `if not is_main: barrier()` ... `if is_main: barrier()`.
             reaching = {guard.condition() for event, _ in collectives for guard in event.rank_guards}
             for event, name in collectives:
-                guard = next((g for g in reversed(event.rank_guards) if (g.condition()[0], not g.condition()[1]) not in reaching), None)
+                guard = next((g for g in reversed(event.rank_guards) if (g.condition()[0], not g.condition()[1]) not in reaching
+                              and not any(_in_other_branch(other, g) for other, _ in every)), None)
                 if guard is not None:
                     yield self._finding(event, name, guard)
 
@@ -98,3 +100,19 @@ class CollectiveOnSomeRanks(Rule):
         return Finding(guard.file, node,
                        f"`{call}` {where} {reached} on some ranks only: the other ranks never join and it hangs; "
                        f"call it on every rank and keep only the rank-0 work (the file write) under the guard")
+
+
+def _in_other_branch(event, guard) -> bool:
+    """Whether `event` runs in the other branch of the `if` that `guard` is a branch of. That branch
+    need not be a rank guard itself: under `if is_main and sender:`, the else runs on the other
+    ranks (and on every rank when there is no sender)."""
+    import libcst as cst
+
+    from fsdplint.model import GUARD_BODY, GUARD_ELSE
+
+    # An `elif` is a further condition: its branch need not run on the other ranks.
+    if guard.branch not in (GUARD_BODY, GUARD_ELSE) or type(guard.node.orelse) is not cst.Else:
+        return False
+    statements = guard.node.orelse.body.body if guard.branch == GUARD_BODY else guard.node.body.body
+    path = event.outer + event.parents + (event.statement,)
+    return any(node is statement for node in path for statement in statements)

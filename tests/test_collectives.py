@@ -196,6 +196,32 @@ def test_rank0_only_state_used_on_every_rank():
     """, select="FSDP204") == [4]
 
 
+def test_the_other_branch_reaching_the_collective_is_silent_when_it_is_no_rank_guard():
+    # trl's weight sync: the else of `is_main and sender` is not a rank guard (with no sender every
+    # rank takes it), but it is where the other ranks join the gather. An `elif` may not run there.
+    assert lines("""
+    def streaming(model):
+        for name, param in model.named_parameters():
+            yield name, param.full_tensor()
+
+    def sync(model, sender):
+        if dist.get_rank() == 0 and sender:
+            sender.send(streaming(model))
+        else:
+            for _ in streaming(model):
+                pass
+        if dist.get_rank() == 0 and sender:
+            sender.send(streaming(model))
+        elif sender.ready:
+            for _ in streaming(model):
+                pass
+        if dist.get_rank() == 0 and sender:
+            sender.send(streaming(model))
+        else:
+            print("the other ranks never join")
+    """) == [13, 18]
+
+
 def test_each_rank_reaching_one_collective_is_silent():
     # accelerate's main_process_first: the others wait before the work, the main process after it.
     assert lines("""
