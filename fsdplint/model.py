@@ -122,6 +122,11 @@ class Ref:
         return Ref(self.root, self.path + (name,))
 
     @property
+    def name(self) -> str:
+        """The root as its function's code spells it, without the inlined call's prefix (`save@3:`)."""
+        return self.root.rpartition(":")[2]
+
+    @property
     def is_submodule(self) -> bool:
         return bool(self.path)
 
@@ -1006,15 +1011,20 @@ class _Walker:
 
     def comparison(self, node: cst.Comparison, statement: cst.CSTNode, parents: tuple) -> Value:
         """`rank == 0`, `dist.get_rank() != 0`, `local_rank in (-1, 0)`: true on some ranks only.
-        `local_rank == -1` and `os.environ.get("RANK") is None` (launched distributed or not) are the
-        same on every rank."""
+        The same on every rank: `local_rank == -1` and `os.environ.get("RANK") is None` (launched
+        distributed or not), `rank >= 0` and `rank < 0` (no rank is negative). `rank in group_ranks`
+        (a collection that is no literal) and `offset <= rank < offset + size` ask whether this rank
+        is in a group, whose ranks then work together, as Megatron's pipeline stages do: no rank
+        test either."""
         values = [self.expr(part, statement, parents) for part in _subexpressions(node)]
         params = frozenset().union(*(value.params_of for value in values))
         compares_rank = any(value.rank is not None for value in values)
-        not_distributed = any(type(target.operator) in (cst.Is, cst.IsNot)
+        same_everywhere = any(type(target.operator) in (cst.Is, cst.IsNot)
                               or type(target.operator) in (cst.Equal, cst.NotEqual) and _is_minus_one(target.comparator)
-                              for target in node.comparisons)
-        return Value(params_of=params, rank_test=RankTest(True, True) if compares_rank and not not_distributed else None)
+                              or _sign_test(target)
+                              or type(target.operator) in (cst.In, cst.NotIn) and type(target.comparator) not in _LITERAL_COLLECTIONS
+                              for target in node.comparisons) or _group_range(node)
+        return Value(params_of=params, rank_test=RankTest(True, True) if compares_rank and not same_everywhere else None)
 
     def rank_meaning(self, node: cst.Call, value: Value) -> Value:
         """What a call's result says of the rank, by the callee's name: `dist.get_rank()`,
@@ -1268,6 +1278,24 @@ def _exits_block(suite: cst.CSTNode) -> bool:
     body = _body(suite)
     last = body[-1] if body else None
     return type(last) is cst.SimpleStatementLine and isinstance(last.body[-1], (cst.Return, cst.Continue))
+
+
+_LITERAL_COLLECTIONS = (cst.Tuple, cst.List, cst.Set)
+
+
+def _sign_test(target: cst.ComparisonTarget) -> bool:
+    """`>= 0`, `> -1`, `< 0`, `<= -1`: whether a rank is negative, which is the same on every rank."""
+    operator, bound = type(target.operator), target.comparator
+    zero = type(bound) is cst.Integer and bound.value == "0"
+    return operator in (cst.GreaterThanEqual, cst.LessThan) and zero or operator in (cst.GreaterThan, cst.LessThanEqual) and _is_minus_one(bound)
+
+
+def _group_range(node: cst.Comparison) -> bool:
+    """`lo <= rank < hi` with bounds computed, not written: the ranks of a group."""
+    ordering = (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual)
+    bounds = (node.left, node.comparisons[-1].comparator)
+    return (len(node.comparisons) == 2 and all(type(target.operator) in ordering for target in node.comparisons)
+            and not all(type(bound) is cst.Integer for bound in bounds))
 
 
 def _is_minus_one(node: cst.CSTNode) -> bool:

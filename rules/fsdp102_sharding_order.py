@@ -90,6 +90,8 @@ class ShardingOrder(Rule):
         for root in roots:
             if not flow.has_local_provenance(root) or flow.returned.ref and flow.returned.ref.root == root.root:
                 continue
+            if not flow.bindings.get(root) and root.root not in flow.constructed:
+                continue  # not a call's result: a list of modules built here (`[m for m in model.modules() if ...]`)
             if any(t == root for e in flow.shard_events() for t in e.targets):
                 continue
             block_shards = [e for e in shards if any(t.root == root.root and t.is_submodule for t in e.targets)]
@@ -106,7 +108,7 @@ class ShardingOrder(Rule):
                 fix = Fix(f"Shard the root: `fully_shard({name})` after its blocks", safe=False,
                           operations=[InsertAfter(anchor, statement)])
             yield Finding(last.file, last.node,
-                          f"blocks of `{name or root.root}` are sharded but `{name or root.root}` itself never is{via(last)}: "
+                          f"blocks of `{name or root.name}` are sharded but `{name or root.name}` itself never is{via(last)}: "
                           f"its own parameters stay plain tensors whose gradients are never reduced", fix)
 
     @staticmethod

@@ -222,6 +222,25 @@ def test_the_other_branch_reaching_the_collective_is_silent_when_it_is_no_rank_g
     """) == [13, 18]
 
 
+def test_tests_the_same_on_every_rank_are_no_guards():
+    # Megatron: `Utils.rank >= 0` holds everywhere; `rank in get_process_group_ranks(group)` and a
+    # grid's rank range select a group whose ranks work together. Ranks written out are a guard.
+    assert lines("""
+    if Utils.rank >= 0:
+        dist.barrier()
+    if self.rank < 0:
+        dist.barrier()
+    if dist.get_rank() in dist.get_process_group_ranks(embd_group):
+        grad.full_tensor()
+    if dist.get_rank() in (0, 1):
+        dist.barrier()
+    if grid.offset <= self.rank < grid.offset + grid.size:
+        grad.full_tensor()
+    if 0 <= dist.get_rank() < 2:
+        dist.barrier()
+    """) == [9, 13]
+
+
 def test_each_rank_reaching_one_collective_is_silent():
     # accelerate's main_process_first: the others wait before the work, the main process after it.
     assert lines("""

@@ -255,6 +255,33 @@ def test_blocks_sharded_in_the_other_branch_are_not_after_the_root():
                                 "            fully_shard(model)\n            fully_shard(model.attention)\n")) == [(7, "FSDP102")]
 
 
+def test_a_list_of_modules_sharded_one_by_one_is_no_root_left_unsharded():
+    # axolotl's fp32 norms: a list of (name, module) pairs built here is not a module whose blocks
+    # were sharded; a model built here and never sharded itself is, named as its code names it.
+    source = """
+    from torch.distributed.fsdp import fully_shard
+
+    def shard_norms(model):
+        matches = [(name, module) for name, module in model.named_modules() if "norm" in name]
+        for _name, module in matches:
+            fully_shard(module)
+
+    def build():
+        net = Net()
+        for block in net.layers:
+            fully_shard(block)
+        return 0
+
+    def main(model):
+        shard_norms(model)
+        fully_shard(model)
+        build()
+    """
+    found = [(d.line, d.message) for d in check_source(textwrap.dedent(source), select=["FSDP102"])]
+    assert [line for line, _ in found] == [12]
+    assert found[0][1].startswith("blocks of `net` are sharded but `net` itself never is")
+
+
 def test_a_name_imported_from_another_package_is_not_the_runs_function_of_that_name(tmp_path: Path):
     """fms-fsdp's setup.py: `from setuptools import setup; setup(...)` was followed into the only
     `setup` of the run, fms_fsdp/utils/train_utils.py's, which starts an NCCL process group (FSDP301
