@@ -15,7 +15,9 @@ class ForwardBeforeOptimizer(Rule):
     After a forward, the root module stays unsharded (its `reshard_after_forward` defaults to
     False). The optimizer built then sees the root's unsharded plain tensors instead of its
     DTensor parameters, so `model.parameters()` mixes DTensor and plain `Parameter` objects and the
-    root's parameters are never updated. Nothing fails: the model just trains worse.
+    root's parameters are never updated. Nothing fails: the model just trains worse. A backward
+    after the forward reshards the root again, so a training step before the optimizer is not
+    reported.
 
     ## Example
     ```python
@@ -62,7 +64,9 @@ class ForwardBeforeOptimizer(Rule):
                     if not forwards:
                         continue
                     resharded = any(e.kind == METHOD and e.method == "reshard" and e.target == module and e.index > forwards[-1].index for e in between)
-                    if resharded:
+                    # A backward reshards the root too (`reshard_after_backward`): a training step is fine.
+                    backward = any(e.kind == METHOD and e.method == "backward" and e.index > forwards[-1].index for e in between)
+                    if resharded or backward:
                         continue
                     forward = forwards[-1]
                     name = code(forward, forward.node.func)

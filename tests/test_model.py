@@ -282,6 +282,25 @@ def test_a_list_of_modules_sharded_one_by_one_is_no_root_left_unsharded():
     assert found[0][1].startswith("blocks of `net` are sharded but `net` itself never is")
 
 
+def test_a_forward_followed_by_its_backward_leaves_the_root_resharded():
+    # torchao's low-bit optimizer test builds a second optimizer after training steps: the backward
+    # resharded the root (checked: DTensor parameters again on torch 2.13).
+    source = """
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+    model = Net()
+    for block in model.layers:
+        fully_shard(block)
+    fully_shard(model)
+    loss = model(x).sum()
+    loss.backward()
+    optimizer = torch.optim.AdamW(model.parameters())
+    """
+    assert codes(source, ["FSDP108"]) == []
+    assert codes(source.replace("loss.backward()", "print(loss)"), ["FSDP108"]) == [(11, "FSDP108")]
+
+
 def test_a_name_imported_from_another_package_is_not_the_runs_function_of_that_name(tmp_path: Path):
     """fms-fsdp's setup.py: `from setuptools import setup; setup(...)` was followed into the only
     `setup` of the run, fms_fsdp/utils/train_utils.py's, which starts an NCCL process group (FSDP301
