@@ -267,14 +267,30 @@ class Event:
     def target(self) -> Ref | None:
         return self.targets[0] if self.targets else None
 
+    def _ifs(self) -> Iterator[tuple[cst.If, cst.CSTNode]]:
+        """Each `if` on the event's path, here or around a call that led to it, outermost first, with
+        the statement (or inlined callee's statement) that comes next on the path."""
+        path = self.outer + self.parents + (self.statement,)
+        for node, inner in zip(path, path[1:]):
+            if type(node) is cst.If:
+                yield node, inner
+
     def branches(self) -> Iterator[tuple[cst.If, bool]]:
         """Each `if` the event runs under, here or around a call that led to it, outermost first, and
         whether the event is in its body (True) or its `else` (False)."""
-        path = self.outer + self.parents + (self.statement,)
-        for position, node in enumerate(path[:-1]):
-            if type(node) is cst.If:
-                inner = path[position + 1]
-                yield node, type(node.body) is cst.IndentedBlock and any(s is inner for s in node.body.body)
+        for node, inner in self._ifs():
+            yield node, _holds(node.body, inner)
+
+    def branch_of(self, node: cst.If) -> bool | None:
+        """Whether the event runs in the body (True) or the `else:` block (False) of `node`; None when
+        neither: not under it, in an `elif`, or in a call in its test."""
+        for step, inner in self._ifs():
+            if step is node:
+                if _holds(node.body, inner):
+                    return True
+                if type(node.orelse) is cst.Else and _holds(node.orelse.body, inner):
+                    return False
+        return None
 
     def conditions(self) -> set[tuple[str, bool]]:
         """What holds where the event runs, as (test source, truth): the tests of the `if`s around it
@@ -1296,6 +1312,11 @@ def _group_range(node: cst.Comparison) -> bool:
     bounds = (node.left, node.comparisons[-1].comparator)
     return (len(node.comparisons) == 2 and all(type(target.operator) in ordering for target in node.comparisons)
             and not all(type(bound) is cst.Integer for bound in bounds))
+
+
+def _holds(suite: cst.BaseSuite, statement: cst.CSTNode) -> bool:
+    """Whether `statement` is one of the block's own statements."""
+    return type(suite) is cst.IndentedBlock and any(s is statement for s in suite.body)
 
 
 def _is_minus_one(node: cst.CSTNode) -> bool:

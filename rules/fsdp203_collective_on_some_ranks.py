@@ -113,6 +113,4 @@ def _in_other_branch(event, guard) -> bool:
     # An `elif` is a further condition: its branch need not run on the other ranks.
     if guard.branch not in (GUARD_BODY, GUARD_ELSE) or type(guard.node.orelse) is not cst.Else:
         return False
-    statements = guard.node.orelse.body.body if guard.branch == GUARD_BODY else guard.node.body.body
-    path = event.outer + event.parents + (event.statement,)
-    return any(node is statement for node in path for statement in statements)
+    return event.branch_of(guard.node) is (guard.branch == GUARD_ELSE)
