@@ -63,6 +63,7 @@ _RETURNS_SELF = frozenset({"to", "cuda", "cpu", "to_empty", "train", "eval", "fl
 # Module methods whose result iterates sub-modules.
 _ITERATES_SUBMODULES = frozenset({"modules", "children", "named_modules", "named_children", "values", "items"})
 _PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+_COLLECTS = frozenset({"append", "extend", "insert", "add"})  # list and set methods that take in elements
 # Methods whose result no longer holds a shard of the parameters it came from.
 _GATHERS = frozenset({"full_tensor", "to_local", "item", "tolist", "numpy"})
 _MAX_INLINE_DEPTH = 4
@@ -1118,6 +1119,9 @@ class _Walker:
         if type(func) is cst.Attribute and receiver.ref is not None and qname is None:
             method = func.attr.value
             event = self.emit(METHOD, node, targets=(receiver.ref,), method=method, **common)
+            if method in _COLLECTS and not receiver.ref.path:
+                # `modules.append(module)` in a loop over `model.named_modules()`: the list's elements come from `model`.
+                self.flow.derived_from.setdefault(receiver.ref.root, set()).update(*(self.roots_read(arg.value) for arg in node.args))
             if method in _PARAMETER_METHODS:
                 return Value(params_of=frozenset({receiver.ref}), event=event)
             if method in _ITERATES_SUBMODULES:
@@ -1142,7 +1146,7 @@ class _Walker:
     def rank_of_call(qname: str | None, func: cst.CSTNode, node: cst.Call, args: tuple[Value, ...]) -> Rank | None:
         """`dist.get_rank()`, `os.environ.get("LOCAL_RANK")`, `int(rank)`: the rank the call returns."""
         if qname in _RANK_CALLS:
-            return Rank(_RANK_CALLS[qname])
+            return Rank(SOME_RANK if node.args else _RANK_CALLS[qname])  # `dist.get_rank(group)`: the rank within a group
         if qname in _ENVIRONMENT_READS and node.args:
             return _rank_variable(node.args[0].value)
         if qname is None and type(func) is cst.Name and func.value in _RANK_CONVERSIONS and len(args) == 1:

@@ -301,6 +301,36 @@ def test_a_forward_followed_by_its_backward_leaves_the_root_resharded():
     assert codes(source.replace("loss.backward()", "print(loss)"), ["FSDP108"]) == [(11, "FSDP108")]
 
 
+def test_modules_collected_from_a_model_into_a_list_are_its_units():
+    # verl's apply_fsdp2: blocks picked by class name into a list, sharded, then the root.
+    source = """
+    from torch.distributed.fsdp import fully_shard
+
+    model = Net()
+    modules = []
+    for name, module in model.named_modules():
+        if module.__class__.__name__ in names:
+            modules.append(module)
+    for module in modules:
+        fully_shard(module)
+    fully_shard(model)
+    """
+    assert codes(source, ["FSDP101"]) == []
+    assert codes(source.replace("modules.append(module)", "modules.append(Block())"), ["FSDP101"]) == [(11, "FSDP101")]
+
+
+def test_a_rank_within_a_group_is_not_the_global_rank():
+    source = """
+    import torch
+    import torch.distributed as dist
+
+    rank = dist.get_rank(group)
+    device = torch.device(f"cuda:{rank}")
+    torch.cuda.set_device(dist.get_rank())
+    """
+    assert codes(source, ["FSDP302"]) == [(7, "FSDP302")]
+
+
 def test_a_name_imported_from_another_package_is_not_the_runs_function_of_that_name(tmp_path: Path):
     """fms-fsdp's setup.py: `from setuptools import setup; setup(...)` was followed into the only
     `setup` of the run, fms_fsdp/utils/train_utils.py's, which starts an NCCL process group (FSDP301
