@@ -122,6 +122,8 @@ def check(paths, select, extend_select, ignore, fix, unsafe_fixes, diff, output_
     if verbose:
         click.echo(f"fsdplint: {len(candidates) + (stdin_source is not None)} files: {result.files_read} read, {result.files_parsed} parsed, "
                    f"{result.files_cached} served from the cache, in {time.perf_counter() - started:.3f} s", err=True)
+        for note in result.notes:
+            click.echo(f"fsdplint: note: {note.path}:{note.line}: {note.message}", err=True)
 
     if diff:
         patches = _patches(result)

@@ -9,6 +9,12 @@ from __future__ import annotations
 
 import re
 
+# Text that only a file using torch.distributed or FSDP holds, or one started by a distributed launcher
+# (its rank variables: `RANK`, `LOCAL_RANK`, `SLURM_PROCID`, a `local_rank`): analysis starts from such
+# files alone, so a repository with no distributed code (sympy defines two `get_rank`s) is never parsed.
+DISTRIBUTED_MARKERS = ("torch.distributed", "from torch import distributed", "fully_shard", "FullyShardedDataParallel",
+                       "RANK", "SLURM_PROCID", "local_rank")
+
 # Names (variables, attributes, `get_*` functions) that hold this process's rank.
 _RANK_NAME = re.compile(r"(?:global_|local_|node_local_|dp_|ddp_|ddp_local_|data_parallel_|world_|process_|my_|cur_|current_)?rank(?:_id|_idx)?|(?:local_)?process_index")
 _RANK_GETTER = re.compile(r"get_(?:\w+_)?rank|get_(?:local_)?process_index")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from fsdplint.cache import Cache, FileFacts, code_fingerprint, content_hash, digest
 from fsdplint.config import Settings
+from fsdplint.distributed import DISTRIBUTED_MARKERS
 from fsdplint.noqa import NOQA_TOKEN, OUR_PREFIX, Suppressions, may_hold_our_noqa, parse_suppressions
 from fsdplint.plan import Plan, Unit, make_plan, module_name_for
 from fsdplint.rule import Finding, Rule, RuleSet, Severity
@@ -30,7 +31,9 @@ MAX_FIX_PASSES = 10
 # LibCST needs ~10 s and 500 MB for 1 MB of Python and grows faster than linearly (4 MB: minutes, GBs);
 # hand-written training code is far smaller. A larger file holding a trigger token is reported, not parsed.
 MAX_PARSE_CHARS = 1_000_000
-ALWAYS_ON = {"FSDP001", "FSDP002", "FSDP009"}  # a file that was not checked is always said
+# A file (or function) that was not checked is always said; FSDP006 only under -v, as a note.
+ALWAYS_ON = {"FSDP001", "FSDP002", "FSDP006", "FSDP009"}
+NOTE_CODES = {"FSDP006"}  # kept out of the findings: Result.notes
 # Below this much source to parse, starting worker processes (each imports libcst) costs more than it
 # saves. Measured on 2 cores: the generated 1M-line corpus parses 157 kB in 102 files, 3.5 s in one
 # process, 2.6 s with two workers.
@@ -81,6 +84,11 @@ class Result:
     fixes_by_path: dict[str, int] = field(default_factory=dict)
     fixed: list[Diagnostic] = field(default_factory=list)  # the findings whose fixes were applied
     plan: Plan | None = None
+    notes: list[Diagnostic] = field(default_factory=list)  # NOTE_CODES: what was left unchecked, for -v
+
+    def __post_init__(self) -> None:
+        self.notes += [d for d in self.diagnostics if d.code in NOTE_CODES]
+        self.diagnostics = [d for d in self.diagnostics if d.code not in NOTE_CODES]
 
     @property
     def fixes_applied(self) -> int:
@@ -108,8 +116,9 @@ class Engine:
         self.selected_codes = {rule.code for rule in selected} | ALWAYS_ON
         self.rules = [rule() for rule in selected if not rule.engine_only]
         self.triggers = tuple(sorted({token for rule in self.rules for token in rule.trigger_tokens}))
-        # Tokens the file index records, for every rule so that one index serves any selection.
-        self.watched = tuple(sorted({token for rule in ruleset.rules for token in rule.trigger_tokens} | {OUR_PREFIX}))
+        # Tokens the file index records, for every rule so that one index serves any selection, and the
+        # markers that make a file an entry.
+        self.watched = tuple(sorted({token for rule in ruleset.rules for token in rule.trigger_tokens} | {OUR_PREFIX} | set(DISTRIBUTED_MARKERS)))
         self._per_file_ignores = [
             (pattern, {rule.code for selector in codes for rule in ruleset.expand(selector, include_opt_in=True)})
             for pattern, codes in settings.per_file_ignores.items()
@@ -163,7 +172,7 @@ class Engine:
                 sources[display] = _read(_Candidate(paths[display], display))[0]
             return sources[display].text
 
-        triggers = set(self.triggers)
+        triggers, markers = set(self.triggers), set(DISTRIBUTED_MARKERS)
         scope = digest(self.triggers, self.prefilter, sorted((display, os.path.abspath(path)) for display, path in paths.items()))
         state = digest(sorted((display, fact.hash) for display, fact in facts.items()))
         record = index.scopes.get(scope)
@@ -171,7 +180,7 @@ class Engine:
             plan = Plan([Unit(tuple(unit), parse) for unit, parse in record["units"]])
         else:
             plan = self._plan(list(facts), text_of, {display for display, fact in facts.items() if NOQA_TOKEN in fact.tokens}, paths,
-                              holds_trigger=lambda display: not triggers.isdisjoint(facts[display].tokens))
+                              is_entry=lambda display: not triggers.isdisjoint(facts[display].tokens) and not markers.isdisjoint(facts[display].tokens))
             index.set_scope(scope, {"digest": state, "units": [[list(unit.paths), unit.parse] for unit in plan.units]})
         context = digest(code_fingerprint(), sorted(self.selected_codes), self.settings.per_file_ignores)
         modules = _ModuleNames()
@@ -226,6 +235,7 @@ class Engine:
             if not applied:
                 break
         result.diagnostics = sorted(problems + result.diagnostics + failed_fixes, key=Diagnostic.sort_key)
+        result.__post_init__()
         return result
 
     def _analyze(self, sources: dict[str, SourceFile], pool: bool) -> tuple[list[Diagnostic], int]:
@@ -234,11 +244,11 @@ class Engine:
         diagnostics = [d for _, found in self._run_units(plan.units, sources, pool=pool) for d in found]
         return diagnostics, len(plan.parsed)
 
-    def _plan(self, displays: list[str], text_of, noqa_candidates: set[str], paths: dict[str, Path], holds_trigger=None) -> Plan:
+    def _plan(self, displays: list[str], text_of, noqa_candidates: set[str], paths: dict[str, Path], is_entry=None) -> Plan:
         if not self.prefilter:
             return Plan([Unit(tuple(sorted(displays)))] if displays else [])
         modules = _ModuleNames()
-        return make_plan(sorted(displays), text_of, self.triggers, noqa_candidates, lambda display: modules(paths[display]), holds_trigger)
+        return make_plan(sorted(displays), text_of, self.triggers, noqa_candidates, lambda display: modules(paths[display]), is_entry)
 
     def _run_units(self, units: list[Unit], sources: dict[str, SourceFile], pool: bool) -> Iterable[tuple[Unit, list[Diagnostic]]]:
         """Each unit's diagnostics; in worker processes when there is much to parse and no fix needs the trees."""
@@ -339,6 +349,11 @@ class Engine:
                     diagnostics.append(self._internal_error(file.display, "the semantic model", error))
         findings: list[Finding] = []
         for program in programs:
+            for flow in program.exhausted_flows:
+                line = flow.file.position(flow.function.node).start.line if flow.function else 1
+                where = f"`{flow.function.qualname}`" if flow.function else "the module body"
+                diagnostics.append(self._file_problem(flow.file.display, "FSDP006", f"the analysis of {where} ran past its budget: "
+                                                      "its facts are unknown and no rule reports on it", line))
             for rule in self.rules:
                 findings += self._check_isolated(rule, program, diagnostics)
         return findings

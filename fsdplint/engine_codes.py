@@ -162,6 +162,38 @@ class FixFailed(Rule):
     engine_only = True
 
 
+class AnalysisBudgetExhausted(Rule):
+    """
+    ## What it does
+    Reports a function (or module body) whose analysis ran past its work budget: the calls it makes,
+    followed into the functions they reach, add up to more than the semantic model walks for one
+    function. What the model knows of it is then unknown, and no rule reports on it.
+
+    It is shown only with `-v`, on stderr, and never changes the exit code.
+
+    ## Why is this bad?
+    The budget keeps every run short on any input; a function past it is not checked.
+
+    ## Example
+    A `main` that calls hundreds of helpers, each calling more.
+
+    ## Use instead
+    Nothing to change in the code; check the function's parts where they are defined.
+
+    ## Fix safety
+    No fix.
+
+    ## References
+    - The function named in the message.
+    """
+
+    code = "FSDP006"
+    name = "analysis-budget-exhausted"
+    summary = "A function's analysis ran past its work budget and was not checked"
+    severity = Severity.WARNING
+    engine_only = True
+
+
 class InternalError(Rule):
     """
     ## What it does
@@ -192,4 +224,4 @@ class InternalError(Rule):
     engine_only = True
 
 
-ENGINE_CODES = [InvalidSyntax, UnreadableFile, UnusedNoqa, UnknownNoqaCode, FixFailed, InternalError]
+ENGINE_CODES = [InvalidSyntax, UnreadableFile, UnusedNoqa, UnknownNoqaCode, FixFailed, AnalysisBudgetExhausted, InternalError]

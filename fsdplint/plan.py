@@ -1,7 +1,9 @@
 """Which files a run parses, and how they split into groups that can be analyzed apart: from the text.
 
-A file is parsed when it holds a trigger token of a selected rule, or when the model could reach it
-from such a file: it calls (under any alias, through any number of files) a function whose body holds
+A file is an entry, where analysis starts, when it holds a trigger token of a selected rule and uses
+torch.distributed or FSDP (`distributed.DISTRIBUTED_MARKERS`): a function that merely happens to be
+called `get_rank` does not make one. A file is parsed when it is an entry, or when the model could
+reach it from one: it calls (under any alias, through any number of files) a function whose body holds
 a trigger token (a trainer calling its parallelize function), or it defines a function that a parsed
 file calls (an optimizer built by a helper). Across files, the model resolves only calls of functions
 whose qualified name is their name (not methods, not nested functions), through an import
@@ -20,6 +22,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Callable, Iterable
+
+from fsdplint.distributed import DISTRIBUTED_MARKERS
 
 _LINE = re.compile(r"^([ \t]*)([^\s#].*)$", re.M)
 _HEADER = re.compile(r"(?:async[ \t]+)?(def|class)[ \t]+(\w+)")
@@ -82,8 +86,9 @@ class FileText:
             if before.strip() == "":
                 for item in _split_names(clause):
                     name, _, alias = item.partition(" as ")
-                    bound.add(alias.strip() if alias else name.strip().split(".")[0])
-            elif before.lstrip().startswith("from") and _FROM_CLAUSE.fullmatch(before):
+                    if not _is_torch(name.strip()):
+                        bound.add(alias.strip() if alias else name.strip().split(".")[0])
+            elif before.lstrip().startswith("from") and _FROM_CLAUSE.fullmatch(before) and not _is_torch(before.split()[1]):
                 for item in _split_names(clause):
                     name, _, alias = item.partition(" as ")
                     imported.add(name.strip())
@@ -100,6 +105,11 @@ class FileText:
             if match.group(1) in bound:
                 refs.add(match.group(2).rsplit(".", 1)[-1].strip())
         return refs
+
+
+def _is_torch(module: str) -> bool:
+    """Names from torch are torch's (`dist.get_rank`), never a function of the checked files."""
+    return module == "torch" or module.startswith("torch.")
 
 
 def _split_names(clause: str) -> Iterable[str]:
@@ -148,11 +158,11 @@ def make_plan(
     triggers: tuple[str, ...],
     noqa_candidates: set[str],
     module_name: Callable[[str], str],
-    holds_trigger: Callable[[str], bool] | None = None,
+    is_entry: Callable[[str], bool] | None = None,
 ) -> Plan:
     """The units of a run over `paths` (display paths), reading texts through `text_of`.
-    `holds_trigger` answers from what is already known of a file (the cache's tokens) instead of
-    searching its text for each trigger again: that search is most of a cold run's plan."""
+    `is_entry` answers from what is already known of a file (the cache's tokens) instead of
+    searching its text for each token again: that search is most of a cold run's plan."""
     files: dict[str, FileText] = {}
 
     def info(path: str) -> FileText:
@@ -160,11 +170,12 @@ def make_plan(
             files[path] = FileText(text_of(path))
         return files[path]
 
-    if holds_trigger is None:
-        def holds_trigger(path: str) -> bool:
-            return any(token in info(path).text for token in triggers)
+    if is_entry is None:
+        def is_entry(path: str) -> bool:
+            text = info(path).text
+            return any(token in text for token in triggers) and any(marker in text for marker in DISTRIBUTED_MARKERS)
 
-    parsed = set(filter(holds_trigger, paths))
+    parsed = set(filter(is_entry, paths))
     # Callers, to a fixed point: functions reaching trigger code, and the files that import them.
     reaching = {name for path in parsed for name, body in info(path).exported.items() if any(t in body for t in triggers)}
     pending = set(reaching)

@@ -67,11 +67,12 @@ def test_a_rank_passed_to_a_helper_is_reported_inside_it_without_a_fix():
     source = """
     import os
     import torch
+    import torch.distributed
     def pick(index):
         torch.cuda.set_device(index)
     pick(int(os.environ["RANK"]))
     """
-    assert codes(source) == [(5, "FSDP302")]
+    assert codes(source) == [(6, "FSDP302")]
     assert fixed(source, "FSDP302") == textwrap.dedent(source)
 
 
