@@ -15,6 +15,15 @@ import re
 DISTRIBUTED_MARKERS = ("torch.distributed", "from torch import distributed", "fully_shard", "FullyShardedDataParallel",
                        "RANK", "SLURM_PROCID", "local_rank")
 
+# torch.distributed functions that return the module they are given, changed in place.
+RETURNS_ITS_MODULE = frozenset({
+    "torch.distributed.tensor.parallel.parallelize_module",
+    "torch.distributed._composable.replicate",
+    "torch.distributed._composable.replicate.replicate",
+    "torch.distributed._composable.checkpoint",
+    "torch.distributed._composable.checkpoint_activation.checkpoint",
+})
+
 # Names (variables, attributes, `get_*` functions) that hold this process's rank.
 _RANK_NAME = re.compile(r"(?:global_|local_|node_local_|dp_|ddp_|ddp_local_|data_parallel_|world_|process_|my_|cur_|current_)?rank(?:_id|_idx)?|(?:local_)?process_index")
 _RANK_GETTER = re.compile(r"get_(?:\w+_)?rank|get_(?:local_)?process_index")

@@ -31,7 +31,7 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterable, Iterator
 
 import libcst as cst
 from libcst.metadata import CodeRange, PositionProvider
@@ -67,6 +67,7 @@ _COLLECTS = frozenset({"append", "extend", "insert", "add"})  # list and set met
 # Methods whose result no longer holds a shard of the parameters it came from.
 _GATHERS = frozenset({"full_tensor", "to_local", "item", "tolist", "numpy"})
 _MAX_INLINE_DEPTH = 4
+_MAX_UNROLLED = 16  # a loop over at most this many known values is walked once per value
 # Expressions one flow may evaluate, its inlined callees included: past it, the flow's facts are unknown
 # (no events), so that no input makes a run take minutes. The largest flow of accelerate's 1,846
 # evaluates 77k; nearly all evaluate under 5k.
@@ -116,6 +117,10 @@ def dotted_name(node: cst.CSTNode) -> str | None:
     return None
 
 
+# For each branching statement around a node: ((the inlined call's prefix, id of the statement), which arm).
+Arms = tuple[tuple[tuple[str, int], int], ...]
+
+
 @dataclass(frozen=True)
 class Ref:
     """A tracked value: `root` is a flow-unique variable, `path` the attributes reached from it."""
@@ -128,8 +133,14 @@ class Ref:
 
     @property
     def name(self) -> str:
-        """The root as its function's code spells it, without the inlined call's prefix (`save@3:`)."""
-        return self.root.rpartition(":")[2]
+        """The root as its function's code spells it, without the inlined call's prefix (`save@3:`)
+        or the binding's version (`model#2`)."""
+        return self.root.rpartition(":")[2].partition("#")[0]
+
+    @property
+    def variable(self) -> str:
+        """The variable the root is a binding of, whichever binding (`model` for `model#2`)."""
+        return self.root.partition("#")[0]
 
     @property
     def is_submodule(self) -> bool:
@@ -161,6 +172,12 @@ class Value:
     iterates: Ref | None = None  # iterating the value yields sub-modules of this ref
     event: Event | None = None  # the event that produced the value
     elements: tuple[Value, ...] | None = None  # a tuple or list literal, element by element
+    # What iterating the value visits, in order, when known: a literal's elements, `itertools.chain`'s
+    # parts one after the other (an element of an iterable part stands for all of it), `enumerate`,
+    # `reversed`, `zip` of those.
+    visits: tuple[Value, ...] | None = None
+    callees: tuple[FunctionInfo, ...] = ()  # calling the value calls one of these functions of the run
+    table: tuple[FunctionInfo, ...] = ()  # a dispatch table: a dict whose values are these functions
     rank: Rank | None = None  # the value is (or formats) the process's rank
     constant: str | None = None  # "None", "True" or "False": a literal passed for a parameter
     rank_test: RankTest | None = None  # a condition whose outcome depends on the rank
@@ -258,6 +275,7 @@ class Event:
     # its compound statements and then its own statement.
     outer: tuple[cst.CSTNode, ...] = ()
     rank_guards: tuple[RankGuard, ...] = ()  # the guards around the node, across inlined calls, outermost first
+    arms: Arms = ()  # the arm of each branching statement around the node, across inlined calls
     call_sites: tuple[cst.Call, ...] = ()  # the call that entered each function of `chain` after the first
     contexts: tuple[Event, ...] = ()  # the `with` items around the node, across inlined calls, outermost first
 
@@ -326,9 +344,20 @@ class Event:
                                     add(small.test, True)
         return facts
 
+    def exclusive(self, other: Event) -> bool:
+        """The two sit in different arms of one branching statement (`if`/`elif`/`else`, the rest of a
+        block after `if ...: return`, `match` cases, `except` handlers and `else`, a dispatch table's
+        entries): they never run in one pass, and neither is before the other."""
+        if not self.arms or not other.arms:
+            return False
+        mine = dict(self.arms)
+        return any(mine.get(branching, arm) != arm for branching, arm in other.arms)
+
     def excludes(self, other: Event) -> bool:
-        """The two never run in one execution: one needs a test true that the other needs false
-        (`if args.fsdp: model = FSDP(model)` and `assert not args.fsdp; scaler = GradScaler()`)."""
+        """The two never run in one execution: they are `exclusive`, or one needs a test true that the
+        other needs false (`if args.fsdp: model = FSDP(model)` and `assert not args.fsdp; scaler = GradScaler()`)."""
+        if self.exclusive(other):
+            return True
         mine = self.conditions()
         return any((test, not truth) in mine for test, truth in other.conditions())
 
@@ -336,6 +365,13 @@ class Event:
         for value in itertools.chain(self.args, self.kwargs.values()):
             if value.ref:
                 yield value.ref
+
+    def touches(self, module: Ref) -> bool:
+        """The event acts on `module`: on it or a module in it, on a value of its variable, or on its
+        parameters (`nn.init.trunc_normal_(p)` for `p` in `module.parameters()`)."""
+        return (any(target.is_within(module) for target in self.targets)
+                or any(ref.root == module.root for ref in self.arg_refs())
+                or any(owner.is_within(module) for value in itertools.chain(self.args, self.kwargs.values()) for owner in value.params_of))
 
 
 @dataclass
@@ -510,6 +546,7 @@ class Flow:
         self._by_kind: dict[str, list[Event]] = {}  # the events, by kind, up to _indexed
         self._indexed = 0
         self.steps = 0  # expressions evaluated, against FLOW_BUDGET
+        self.versions = 0  # bindings that made a new value of a name (`model#3`)
         self.exhausted = False  # the budget ran out: the flow holds no events
 
     @property
@@ -541,8 +578,9 @@ class Flow:
         model = FSDP(model)`) is of neither, since which one runs is not known. Falls back to what
         other methods of the same class shard on `self`.
         """
+        at = self.events[before] if before < len(self.events) else None
         managing = [event for event in itertools.takewhile(lambda event: event.index < before, self.of_kind(SHARD, WRAP))
-                    if any(ref.is_within(target) for target in event.targets)]
+                    if any(ref.is_within(target) for target in event.targets) and not (at and event.exclusive(at))]
         if not managing and ref.root == "self" and self.function and self.function.class_name:
             managing = [event for event in self.program.class_shards.get((self.file.module_name, self.function.class_name), ())
                         if any(ref.is_within(target) for target in event.targets)]
@@ -584,7 +622,8 @@ class Flow:
         if value.ref is None:
             return None
         # By the index of bindings: scanning the events back cost 90 % of a run on accelerate.
-        made = [event for event in self.bindings.get(Ref(value.ref.root), ()) if 0 <= event.index < before]
+        at = self.events[before] if before < len(self.events) else None
+        made = [event for event in self.bindings.get(Ref(value.ref.root), ()) if 0 <= event.index < before and not (at and event.exclusive(at))]
         return max(made, key=lambda event: event.index, default=None)
 
     def state_dict_options(self, event: Event) -> frozenset[str]:
@@ -739,7 +778,7 @@ class _Walker:
 
     def __init__(self, flow: Flow, file: FileModel, function: FunctionInfo | None, env: dict[str, Value], prefix: str, chain: tuple[str, ...], depth: int, stack: tuple[int, ...] = (),
                  outer: tuple[cst.CSTNode, ...] = (), rank_guards: tuple[RankGuard, ...] = (), call_sites: tuple[cst.Call, ...] = (),
-                 contexts: tuple[Event, ...] = ()) -> None:
+                 contexts: tuple[Event, ...] = (), arms: Arms = ()) -> None:
         self.flow = flow
         self.file = file
         self.function = function
@@ -755,6 +794,11 @@ class _Walker:
         self.rank_guards = rank_guards
         self.call_sites = call_sites
         self.contexts = contexts
+        self.arms = arms
+        self.passes = ""  # the unrolled loop passes the walk is in (`/0/2`), for arm_key
+        # In a decorator's wrapper: the decorated call's arguments, and the function it decorates.
+        self.forwarded: tuple[tuple[Value, ...], dict[str, Value]] | None = None
+        self.forwarded_to: FunctionInfo | None = None
         if function is not None and any(_decorator_name(d) in distributed.MAIN_PROCESS_DECORATORS for d in function.node.decorators):
             self.rank_guards += (RankGuard(function.node, GUARD_DECORATED, file, chain),)
 
@@ -771,15 +815,73 @@ class _Walker:
 
     # statements
 
+    @contextmanager
+    def arm(self, branching: cst.CSTNode, number: int) -> Iterator[None]:
+        """Events emitted inside run in arm `number` of the branching statement (Event.arms)."""
+        saved = self.arms
+        self.arms += ((self.arm_key(branching), number),)
+        try:
+            yield
+        finally:
+            self.arms = saved
+
+    def arm_key(self, branching: cst.CSTNode) -> tuple[str, int]:
+        """One branching statement in one pass: each inlined call and each unrolled loop pass is its own."""
+        return self.prefix + self.passes, id(branching)
+
+    def branches(self, branching: cst.CSTNode, arms: Iterable[tuple[Callable[[], None], bool]]) -> None:
+        """Walks the exclusive arms of `branching` in order, each from the same bindings (each arm a
+        `walk` and whether it exits the block), then joins what the arms that fall through bound."""
+        start, reaching = self.env, []
+        for number, (walk, exits) in enumerate(arms):
+            self.env = dict(start)
+            with self.arm(branching, number):
+                walk()
+            if not exits:
+                reaching.append(self.env)
+        self.env = self.join(reaching) if reaching else start
+
+    def join(self, envs: list[dict[str, Value]]) -> dict[str, Value]:
+        """The bindings where paths meet: a name bound to different objects on the paths (a new
+        `model` built in one arm of an `if`) is a new value there, of which nothing is known."""
+        if len(envs) == 1:
+            return envs[0]
+        joined = dict(envs[-1])
+        for key in set().union(*envs):
+            values = [env[key] for env in envs if key in env]
+            if all(value is values[0] for value in values):
+                joined[key] = values[0]
+                continue
+            refs = {value.ref for value in values}
+            if len(refs) == 1:
+                continue  # the same object on every path (`model = FSDP(model)` in one arm): the last arm's value
+            ranks, tests = {value.rank for value in values}, {value.rank_test for value in values}
+            ref = Ref(self.new_version(key)) if "." not in key else None
+            if ref is None:
+                del joined[key]  # `self.x`: read again as the attribute itself
+                continue
+            joined[key] = Value(ref=ref, rank=ranks.pop() if len(ranks) == 1 else None, rank_test=tests.pop() if len(tests) == 1 else None)
+        return joined
+
+    def new_version(self, name: str) -> str:
+        self.flow.versions += 1
+        return f"{self.prefix}{name}#{self.flow.versions}"
+
     def walk_suite(self, suite: cst.CSTNode, parents: tuple[cst.CSTNode, ...]) -> None:
         if type(suite) in (cst.Module, cst.IndentedBlock):
-            saved = self.rank_guards
+            saved, saved_arms = self.rank_guards, self.arms
             for statement in suite.body:
                 test = self.statement(statement, parents)
+                if type(statement) is not cst.If:
+                    continue
                 # `if not is_main: return`: the rest of the block runs where the test is false.
                 if test is not None and test.when_false and statement.orelse is None and _exits_block(statement.body):
                     self.rank_guards += (RankGuard(statement, GUARD_AFTER_EXIT, self.file, self.chain),)
-            self.rank_guards = saved
+                # ... and in the `else` arm of that `if` (or its body, when its `else` is what exits)
+                body_exits, else_exits = _exits_block(statement.body), _else_exits(statement)
+                if body_exits != else_exits:
+                    self.arms += ((self.arm_key(statement), 0 if else_exits else 1),)
+            self.rank_guards, self.arms = saved, saved_arms
         elif type(suite) is cst.SimpleStatementSuite:
             # `if x: a(); b()`: the compound statement holds them; `def f(): a()`: the def itself.
             holder, outer = (parents[-1], parents[:-1]) if parents else (self.function.node, ())
@@ -796,29 +898,55 @@ class _Walker:
             value = self.expr(node.test, node, parents)
             truth = False if value.always_false else self.static_truth(node.test)
             test = value.rank_test
-            with self.guarded(node, GUARD_BODY, test, bool(test and test.when_true)):
-                if truth is not False:
+
+            def body() -> None:
+                with self.guarded(node, GUARD_BODY, test, bool(test and test.when_true)):
                     self.walk_suite(node.body, inner)
-            if node.orelse is not None and truth is not True:
+
+            def orelse() -> None:
+                if node.orelse is None:
+                    return
                 with self.guarded(node, GUARD_ELSE, test, bool(test and test.when_false)):
                     if type(node.orelse) is cst.If:
                         self.statement(node.orelse, parents)
                     else:
                         self.walk_suite(node.orelse.body, inner)
+
+            # A test known true or false takes one arm; a path that ends in its arm (`return`, `raise`)
+            # brings nothing to what follows.
+            self.branches(node, [(body if truth is not False else _nothing, _exits_block(node.body) and truth is not False),
+                                 (orelse if truth is not True else _nothing, _else_exits(node) and truth is not True)])
             return test
         elif type(node) is cst.For:
             iterable = self.expr(node.iter, node, parents)
+            if iterable.visits and len(iterable.visits) <= _MAX_UNROLLED:
+                # `for module in (*model.layers, model)`: each value in turn, in order.
+                passes = self.passes
+                for number, visit in enumerate(iterable.visits):
+                    self.passes = f"{passes}/{number}"
+                    self.bind(node.target, visit)
+                    self.walk_suite(node.body, inner)
+                self.passes = passes
+                if node.orelse:
+                    self.walk_suite(node.orelse.body, inner)
+                return None
             element = self.element_of(iterable)
+            before = self.env
+            self.env = dict(before)
             self.bind(node.target, element)
-            if element.ref is None and type(node.target) is cst.Name:
+            if element.ref is None and type(node.target) is cst.Name and self.env[node.target.value].ref is not None:
                 # `for module in children_bottom_up(model)[:-1]`: each element comes from `model`.
-                self.flow.derived_from[self.prefix + node.target.value] = self.roots_read(node.iter)
+                self.flow.derived_from[self.env[node.target.value].ref.root] = self.roots_read(node.iter)
             self.walk_suite(node.body, inner)
+            self.env = self.join([before, self.env])  # the body may run no time
             if node.orelse:
                 self.walk_suite(node.orelse.body, inner)
         elif type(node) is cst.While:
             self.expr(node.test, node, parents)
+            before = self.env
+            self.env = dict(before)
             self.walk_suite(node.body, inner)
+            self.env = self.join([before, self.env])
         elif type(node) is cst.With:
             meta = 0
             saved_contexts = self.contexts
@@ -834,17 +962,17 @@ class _Walker:
             self.meta_depth -= meta
             self.contexts = saved_contexts
         elif type(node) in (cst.Try, cst.TryStar):
+            # A handler runs after part of the body: it is no arm apart from the body, only from the
+            # other handlers and the `else`.
             self.walk_suite(node.body, inner)
-            for handler in node.handlers:
-                self.walk_suite(handler.body, inner)
-            if node.orelse:
-                self.walk_suite(node.orelse.body, inner)
+            arms = [(lambda handler=handler: self.walk_suite(handler.body, inner), _exits_block(handler.body)) for handler in node.handlers]
+            self.branches(node, arms + [(lambda: self.walk_suite(node.orelse.body, inner) if node.orelse else None, False)])
             if node.finalbody:
                 self.walk_suite(node.finalbody.body, inner)
         elif type(node) is cst.Match:
             self.expr(node.subject, node, parents)
-            for case in node.cases:
-                self.walk_suite(case.body, inner)
+            # Without a catch-all case, no case may match: a last arm that does nothing.
+            self.branches(node, [(lambda case=case: self.walk_suite(case.body, inner), _exits_block(case.body)) for case in node.cases] + [(_nothing, False)])
 
     def static_truth(self, test: cst.CSTNode) -> bool | None:
         """The value of an `if` test on a name known to hold a literal (a parameter the call passed
@@ -879,9 +1007,9 @@ class _Walker:
         elif type(node) is cst.Assign:
             value = self.expr(node.value, statement, parents)
             for target in node.targets:
-                self.bind(target.target, value, statement, parents)
+                self.bind(target.target, value, statement, parents, node.value)
         elif type(node) is cst.AnnAssign and node.value is not None:
-            self.bind(node.target, self.expr(node.value, statement, parents), statement, parents)
+            self.bind(node.target, self.expr(node.value, statement, parents), statement, parents, node.value)
         elif type(node) is cst.AugAssign:
             self.expr(node.value, statement, parents)
         elif type(node) is cst.Return and node.value is not None:
@@ -890,17 +1018,19 @@ class _Walker:
             for child in node.children:
                 self.expr(child, statement, parents)
 
-    def bind(self, target: cst.CSTNode, value: Value, statement: cst.CSTNode | None = None, parents: tuple = ()) -> None:
+    def bind(self, target: cst.CSTNode, value: Value, statement: cst.CSTNode | None = None, parents: tuple = (),
+             source: cst.CSTNode | None = None) -> None:
+        """Binds `target` to `value`, the result of expression `source` when an assignment's."""
         if type(target) in (cst.Tuple, cst.List):
             elements = [element.value for element in target.elements]
             if value.elements is not None and len(value.elements) == len(elements):
                 for element, element_value in zip(elements, value.elements):
-                    self.bind(element, element_value, statement, parents)
+                    self.bind(element, element_value, statement, parents, source)
                 return
             # `for name, module in ...` / `for i, layer in enumerate(...)`: the last name is the element.
             for position, element in enumerate(elements):
                 last = position == len(elements) - 1
-                self.bind(element, value if last and (value.ref or value.params_of) else Value(), statement, parents)
+                self.bind(element, value if last and (value.ref or value.params_of) else Value(), statement, parents, source)
             return
         if type(target) in (cst.Attribute, cst.Subscript) and statement is not None:
             assigned = self.ref_of(target)
@@ -912,7 +1042,9 @@ class _Walker:
         if value.ref is not None:
             bound = value
         else:
-            root = self.prefix + key if type(target) is cst.Name else None
+            root = None
+            if type(target) is cst.Name:
+                root = self.new_version(key) if self.rebinds(key, source) else self.prefix + key
             ref = Ref(root) if root else self.ref_of(target)
             if root:
                 self.flow.assigned_roots.add(root)
@@ -921,7 +1053,7 @@ class _Walker:
             # change it before a test that comes earlier in the text.
             constant = value.constant if root and value.constant and self.assigned_once(key) else None
             bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, elements=value.elements, rank=value.rank,
-                          constant=constant, rank_test=value.rank_test)
+                          constant=constant, rank_test=value.rank_test, visits=value.visits, callees=value.callees, table=value.table)
         self.env[key] = bound
         if value.event is not None and value.event.binding is None:
             value.event.binding = bound.ref
@@ -934,6 +1066,14 @@ class _Walker:
                 self.flow.optimizer_bindings.add(bound.ref)
         if statement is not None and bound.ref is not None and (self.meta_depth or value.event and value.event.kind == META):
             self.emit(META, target, statement, parents, targets=(bound.ref,))
+
+    def rebinds(self, name: str, source: cst.CSTNode | None) -> bool:
+        """Whether binding `name` makes a new object of it: it was bound before (or is a parameter) and
+        the new value is not computed from the old (`model = nn.Sequential(...)`, not `model = wrap(model)`)."""
+        previous = self.env.get(name)
+        if previous is None:
+            return self.depth == 0 and self.function is not None and name in self.function.params
+        return previous.ref is None or source is None or previous.ref.root not in self.roots_read(source)
 
     def record_origin(self, root: str, event: Event | None) -> None:
         if event is None or event.kind not in (CALL, METHOD, CALL_VALUE):
@@ -993,8 +1133,10 @@ class _Walker:
         return None
 
     def element_of(self, iterable: Value) -> Value:
+        """An element of what `iterable` iterates: a sub-module, or a parameter of the modules whose
+        parameters it holds (`p` in `model.parameters()`)."""
         source = iterable.iterates or iterable.ref
-        return Value(ref=source.child("[]")) if source else Value()
+        return Value(ref=source.child("[]") if source else None, params_of=iterable.params_of)
 
     def expr(self, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple, with_item: bool = False) -> Value:
         self.flow.steps += 1
@@ -1010,6 +1152,10 @@ class _Walker:
                 self.expr(node.value, statement, parents)
             # An unassigned name or attribute says by its name whether it is a rank (`self.global_rank`).
             name = node.value if type(node) is cst.Name else node.attr.value
+            if type(node) is cst.Name and (name in self.file.functions or name in self.file.imports):
+                function = self.flow.program.resolve_callable(self.file, self.function, node)
+                if function is not None:
+                    return Value(callees=(function,))
             flag = distributed.is_main_process_flag(name)
             return Value(ref=self.ref_of(node), rank=Rank(SOME_RANK) if distributed.is_rank_name(name) else None,
                          rank_test=RankTest(True, True) if flag else None)
@@ -1020,7 +1166,7 @@ class _Walker:
             index = node.slice[0].slice if len(node.slice) == 1 else None
             if type(index) is cst.Index and self.file.qualify(node.value) == "os.environ":  # os.environ["LOCAL_RANK"]
                 return Value(rank=_rank_variable(index.value))
-            return Value(ref=base.ref.child("[]")) if base.ref else Value()
+            return Value(ref=base.ref.child("[]") if base.ref else None, callees=base.table)
         if type(node) is cst.Call:
             return self.call(node, statement, parents, with_item)
         if type(node) in (cst.Lambda, cst.FunctionDef, cst.ClassDef):
@@ -1039,15 +1185,20 @@ class _Walker:
         if type(node) in (cst.Tuple, cst.List):
             elements = tuple(self.expr(element.value, statement, parents) for element in node.elements)
             params = frozenset().union(*(element.params_of for element in elements))
-            return Value(params_of=params, elements=elements, iterates=_common_ref([e.ref for e in elements]))
+            visits = tuple(self.element_of(value) if type(element) is cst.StarredElement else value
+                           for element, value in zip(node.elements, elements))
+            return Value(params_of=params, elements=elements, iterates=_common_ref([e.ref for e in elements]), visits=visits)
         if type(node) is cst.FormattedString:
             parts = [self.expr(part, statement, parents) for part in _subexpressions(node)]
             ranks = {part.rank for part in parts if part.rank}
             return Value(rank=replace(ranks.pop(), formatted=True) if len(ranks) == 1 else None)
         # Anything else: evaluate the parts and pass parameter flows through (dicts, operators, f-strings).
-        params: frozenset[Ref] = frozenset()
-        for part in _subexpressions(node):
-            params |= self.expr(part, statement, parents).params_of
+        parts = [self.expr(part, statement, parents) for part in _subexpressions(node)]
+        params = frozenset().union(*(part.params_of for part in parts))
+        if type(node) is cst.Dict and node.elements and all(type(element) is cst.DictElement for element in node.elements):
+            entries = parts[1::2]  # keys and values alternate
+            if all(len(entry.callees) == 1 for entry in entries):
+                return Value(params_of=params, table=tuple(entry.callees[0] for entry in entries))
         return Value(params_of=params)
 
     def comparison(self, node: cst.Comparison, statement: cst.CSTNode, parents: tuple) -> Value:
@@ -1073,7 +1224,9 @@ class _Walker:
         if value.rank is not None or value.rank_test:
             return value  # an inlined function returned it, `int(rank)`, `dist.get_rank()`, `os.environ.get("RANK")`
         qname = self.file.qualify(node.func)
-        name = (qname or dotted_name(node.func) or "").rsplit(".", 1)[-1]
+        # `Cluster().get_rank()`: a method of an object, by the method's name.
+        method = node.func.attr.value if type(node.func) is cst.Attribute else ""
+        name = (qname or dotted_name(node.func) or method).rsplit(".", 1)[-1]
         getter, flag = distributed.is_rank_getter(name), distributed.is_main_process_flag(name)
         # A function of this run is judged by what it returns (inlined), not by its name.
         if (getter or flag) and self.flow.program.resolve_function(self.file, self.function, node) is None:
@@ -1125,7 +1278,11 @@ class _Walker:
             event = self.emit(WRAP, node, targets=(module.ref,) if module.ref else (), **common)
             return Value(ref=module.ref, event=event)
         if qname is None and type(func) is cst.Name and func.value in _ITERABLE_WRAPPERS and args:
-            return Value(iterates=args[0].iterates or args[0].ref, params_of=flowing)
+            return Value(iterates=args[0].iterates or args[0].ref, params_of=flowing, visits=_visits_through(func.value, args))
+        if qname == "itertools.chain" and args and not any(arg.star for arg in node.args):
+            parts = [arg.visits if arg.visits is not None else (self.element_of(arg),) for arg in args]
+            return Value(iterates=_common_ref([arg.iterates or arg.ref for arg in args]), params_of=flowing,
+                         visits=tuple(visit for part in parts for visit in part))
         if self.builds_on_meta(node):
             return Value(event=Event(META, node, self.file, statement, parents, self.chain))
         callee = self.flow.program.resolve_function(self.file, self.function, node)
@@ -1135,6 +1292,10 @@ class _Walker:
                 self.emit(METHOD, node, targets=(receiver.ref,), method=func.attr.value, **common)
         if callee is not None:
             return self.inline(callee, node, args, kwargs, receiver, statement, parents)
+        if type(func) in (cst.Subscript, cst.Call) or type(func) is cst.Name and func.value in self.env:
+            return self.call_value(node, args, kwargs, statement, parents)
+        if type(func) is cst.Attribute and qname is None and func.attr.value == "get" and receiver.table:
+            return Value(callees=receiver.table)  # `table.get(key)`: one of its functions
         # Parameters handed over directly, not an existing optimizer handed to a helper.
         handed = frozenset().union(*(v.params_of for v in (*args, *kwargs.values()) if v.ref not in self.flow.optimizer_bindings))
         if self.is_optimizer(qname, node, handed):
@@ -1164,6 +1325,8 @@ class _Walker:
         if callee_ref is not None:
             return Value(event=self.emit(CALL_VALUE, node, targets=(callee_ref,), **common))
         event = self.emit(CALL, node, **{**common, "qname": qname or dotted_name(func)})
+        if qname in distributed.RETURNS_ITS_MODULE and args and args[0].ref is not None:
+            return args[0]  # `model = parallelize_module(model, ...)` is still `model`
         return Value(event=event, params_of=flowing if qname is None else frozenset(), rank=self.rank_of_call(qname, func, node, args))
 
     @staticmethod
@@ -1219,11 +1382,59 @@ class _Walker:
         candidates = [f for f in self.flow.program.functions_by_name.get(func.attr.value, ()) if f.qualname == qualname]
         return candidates[0] if len(candidates) == 1 else None
 
+    def call_value(self, node: cst.Call, args: tuple[Value, ...], kwargs: dict[str, Value], statement: cst.CSTNode, parents: tuple) -> Value:
+        """A call of a value: a function taken from a dispatch table (`MODES[mode]()`), or one a name was bound to."""
+        function = self.expr(node.func, statement, parents)
+        if not function.callees:
+            common = dict(statement=statement, parents=parents, args=args, kwargs=kwargs)
+            if function.ref is None:
+                return Value(event=self.emit(CALL, node, **common))
+            return Value(event=self.emit(CALL_VALUE, node, targets=(function.ref,), **common))
+        if self.forwarded is not None and node.args and all(arg.star for arg in node.args):
+            args, kwargs = self.forwarded  # `fn(*args, **kwargs)` in a decorator's wrapper: the decorated call's arguments
+        return self.call_one_of(function.callees, node, args, kwargs, statement, parents)
+
+    def call_one_of(self, callees: tuple[FunctionInfo, ...], node: cst.Call, args: tuple[Value, ...], kwargs: dict[str, Value],
+                    statement: cst.CSTNode, parents: tuple) -> Value:
+        """Calls one of `callees`: each in an arm of its own, which of them not known."""
+        if len(callees) == 1:
+            return self.inline(callees[0], node, args, kwargs, Value(), statement, parents)
+        self.branches(node, [(lambda callee=callee: self.inline(callee, node, args, kwargs, Value(), statement, parents), False) for callee in callees])
+        return Value()
+
+    def decorator_wrapper(self, callee: FunctionInfo) -> tuple[FunctionInfo, str] | None:
+        """The wrapper a decorator of the run puts around `callee`, and the decorator's parameter that
+        holds the function: `def cleanup(fn): def wrapper(*a, **k): try: return fn(*a, **k) finally: ...; return wrapper`."""
+        for decorator in callee.node.decorators:
+            if type(decorator.decorator) not in (cst.Name, cst.Attribute):
+                continue
+            function = self.flow.program.resolve_callable(callee.file, None, decorator.decorator)
+            body = _body(function.node.body) if function is not None else []
+            if not body or not function.params or type(body[-1]) is not cst.SimpleStatementLine:
+                continue
+            returned = body[-1].body[-1]
+            if type(returned) is cst.Return and type(returned.value) is cst.Name:
+                wrapper = function.file.functions.get(f"{function.qualname}.{returned.value.value}")
+                if wrapper is not None:
+                    return wrapper, function.params[0]
+        return None
+
     def inline(self, callee: FunctionInfo, node: cst.Call, args: tuple[Value, ...], kwargs: dict[str, Value], receiver: Value, statement: cst.CSTNode, parents: tuple) -> Value:
         callee.called = True
         if self.depth >= _MAX_INLINE_DEPTH or id(callee.node) in self.stack:
             event = self.emit(CALL, node, statement=statement, parents=parents, qname=callee.qualname, args=args, kwargs=kwargs)
             return Value(event=event)
+        wrapped = self.decorator_wrapper(callee) if self.forwarded is None or self.forwarded_to is not callee else None
+        if wrapped is not None:
+            # The decorator's wrapper runs, and calls the function where it calls its parameter
+            # (inside its `try`, before its `finally`).
+            wrapper, holder = wrapped
+            walker = _Walker(self.flow, wrapper.file, wrapper, {holder: Value(callees=(callee,))}, f"{wrapper.name}@{self.flow.program.next_call_id()}:",
+                             self.chain, self.depth + 1, self.stack, self.outer + parents + (statement,), self.rank_guards, self.call_sites,
+                             self.contexts, self.arms)
+            walker.forwarded, walker.forwarded_to = (args, kwargs), callee
+            walker.walk_suite(wrapper.node.body, ())
+            return walker.returned
         self.emit(ENTER, node, statement=statement, parents=parents, qname=callee.qualname, args=args, kwargs=kwargs)
         prefix = f"{callee.name}@{self.flow.program.next_call_id()}:"
         env: dict[str, Value] = {}
@@ -1252,13 +1463,13 @@ class _Walker:
                 self.flow.assigned_roots.add(prefix + name)
                 self.record_origin(prefix + name, given.event)
         walker = _Walker(self.flow, callee.file, callee, env, prefix, self.chain + (callee.name,), self.depth + 1, self.stack,
-                         self.outer + parents + (statement,), self.rank_guards, self.call_sites + (node,), self.contexts)
+                         self.outer + parents + (statement,), self.rank_guards, self.call_sites + (node,), self.contexts, self.arms)
         walker.walk_suite(callee.node.body, ())
         return walker.returned
 
     def emit(self, kind: str, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple, **fields) -> Event:
         event = Event(kind, node, self.file, statement, parents, self.chain, function=self.function, outer=self.outer,
-                      rank_guards=self.rank_guards, call_sites=self.call_sites, contexts=self.contexts,
+                      rank_guards=self.rank_guards, arms=self.arms, call_sites=self.call_sites, contexts=self.contexts,
                       index=len(self.flow.events), **fields)
         self.flow.events.append(event)
         return event
@@ -1318,10 +1529,37 @@ def _falsy_defaults(function: cst.FunctionDef) -> set[str]:
 
 
 def _exits_block(suite: cst.CSTNode) -> bool:
-    """The block ends in `return` or `continue`: what follows it runs only where its test failed."""
+    """The block ends in `return`, `raise`, `continue` or `break`: what follows it runs only where its test failed."""
     body = _body(suite)
     last = body[-1] if body else None
-    return type(last) is cst.SimpleStatementLine and isinstance(last.body[-1], (cst.Return, cst.Continue))
+    return type(last) is cst.SimpleStatementLine and isinstance(last.body[-1], (cst.Return, cst.Raise, cst.Continue, cst.Break))
+
+
+def _visits_through(wrapper: str, args: tuple[Value, ...]) -> tuple[Value, ...] | None:
+    """What `enumerate(x)`, `reversed(x)`, `zip(x, y)`, `list(x)`... visit, from what `x` visits."""
+    known = [arg.visits for arg in args]
+    if any(visits is None for visits in known):
+        return None
+    if wrapper in ("list", "tuple", "iter"):
+        return known[0]
+    if wrapper == "reversed":
+        return known[0][::-1]
+    if wrapper == "enumerate":
+        return tuple(Value(elements=(Value(), visit)) for visit in known[0])
+    if wrapper == "zip":
+        return tuple(Value(elements=values) for values in zip(*known))
+    return None  # `sorted`, `filter`: which, in which order, is not known
+
+
+def _nothing() -> None:
+    """An arm with no statements: an `if` without `else`."""
+
+
+def _else_exits(node: cst.If) -> bool:
+    """Every path through the `else` (each arm of an `elif` chain) exits the block."""
+    if type(node.orelse) is cst.If:
+        return _exits_block(node.orelse.body) and _else_exits(node.orelse)
+    return node.orelse is not None and _exits_block(node.orelse.body)
 
 
 _LITERAL_COLLECTIONS = (cst.Tuple, cst.List, cst.Set)

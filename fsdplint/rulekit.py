@@ -16,6 +16,28 @@ if TYPE_CHECKING:
 _TORCH_CONTAINERS = {"Sequential", "ModuleList", "ModuleDict", "Transformer", "TransformerEncoder", "TransformerDecoder"}
 
 
+# nn containers with no forward of their own, and how to iterate the modules they hold.
+FORWARDLESS_CONTAINERS = {"ModuleList": "", "ModuleDict": ".values()"}
+
+
+def forwardless_container(flow: Flow, event: Event) -> str | None:
+    """`ModuleList`/`ModuleDict` when the module `event` shards was built as one: by the call handed
+    over (`fully_shard(nn.ModuleList(...))`), the one its variable was bound to, or what the classes of
+    the run assign to the attribute (`self.blocks = nn.ModuleList(...)`)."""
+    module = event.args[0] if event.args else None
+    if module is None:
+        return None
+    made = flow.origin(module, event.index)
+    if made is not None and made.qname:
+        kind = made.qname.rsplit(".", 1)[-1]
+        return kind if kind in FORWARDLESS_CONTAINERS else None
+    if module.ref is not None and module.ref.path:
+        assigned = set().union(*(file.attribute_types.get(module.ref.path[-1], set()) for file in flow.program.files))
+        if len(assigned) == 1 and next(iter(assigned)) in FORWARDLESS_CONTAINERS:
+            return next(iter(assigned))
+    return None
+
+
 def where(event: Event) -> str:
     """`train.py:12`, the place of an event, for messages that point at a second place."""
     return f"{event.file.display}:{event.file.position(event.node).start.line}"

@@ -48,7 +48,7 @@ class RootOnlySharding(Rule):
     fix_availability = FixAvailability.NONE
 
     def check(self, program) -> Iterable[Finding]:
-        from fsdplint.rulekit import code, is_leaf_or_part, via
+        from fsdplint.rulekit import code, forwardless_container, is_leaf_or_part, via
 
         for flow in program.flows:
             if not flow.is_entry:
@@ -64,8 +64,8 @@ class RootOnlySharding(Rule):
                 if any(t.root == root.root and t.is_submodule or t.root != root.root and root.root in flow.derived_from.get(t.root, ())
                        for other in shards for t in other.targets):
                     continue
-                if flow.escapes(root, 0, event.index) or is_leaf_or_part(flow, root, shards):
-                    continue
+                if flow.escapes(root, 0, event.index) or is_leaf_or_part(flow, root, shards) or forwardless_container(flow, event):
+                    continue  # a container is FSDP107's
                 name = code(event, event.node.args[0].value)
                 yield Finding(event.file, event.node,
                               f"`{name}` is sharded as a single unit with no sub-module sharded first{via(event)}: "

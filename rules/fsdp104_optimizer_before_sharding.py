@@ -80,7 +80,8 @@ class OptimizerBeforeSharding(Rule):
         from fsdplint.model import METHOD, OPTIMIZER
 
         for event in flow.events[after:]:
-            if event.kind == OPTIMIZER and event.binding is not None and event.binding == optimizer.binding:
+            if event.kind == OPTIMIZER and event.binding is not None and optimizer.binding is not None \
+                    and event.binding.variable == optimizer.binding.variable and event.binding.path == optimizer.binding.path:
                 return True  # the same variable is built again after sharding
             refs = {r.root for r in event.arg_refs()}
             # `accelerator.prepare(model, optimizer)`, or a helper re-mapping the optimizer's parameters.

@@ -70,8 +70,7 @@ class MetaNotMaterialized(Rule):
                     continue
                 state = "meta"
                 for event in flow.events[meta.index + 1:]:
-                    touches = any(t.is_within(model) for t in event.targets) or any(r.root == model.root for r in event.arg_refs())
-                    if not touches:
+                    if not event.touches(model):
                         continue
                     name = event.method or event.qname or ""
                     if event.kind == METHOD and event.method == "to_empty":

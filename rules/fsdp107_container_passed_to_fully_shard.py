@@ -4,9 +4,6 @@ from typing import Iterable
 
 from fsdplint.rule import Finding, FixAvailability, Rule, Severity
 
-_CONTAINERS = {"ModuleList": "", "ModuleDict": ".values()"}
-
-
 class ContainerPassedToFullyShard(Rule):
     """
     ## What it does
@@ -50,18 +47,14 @@ class ContainerPassedToFullyShard(Rule):
         import libcst as cst
 
         from fsdplint.fixes import Fix, Replace
-        from fsdplint.rulekit import code, is_simple_statement, unused_name, via
+        from fsdplint.rulekit import FORWARDLESS_CONTAINERS, code, forwardless_container, is_simple_statement, unused_name, via
 
-        types: dict[str, set[str]] = {}
-        for file in program.files:
-            for attribute, assigned in file.attribute_types.items():
-                types.setdefault(attribute, set()).update(assigned)
         for flow in program.flows:
             for event in flow.shard_events(fsdp=2):
                 if not event.node.args or event.node.args[0].keyword is not None:
                     continue
                 argument = event.node.args[0].value
-                kind = self._container_kind(argument, types)
+                kind = forwardless_container(flow, event)
                 if kind is None:
                     continue
                 text = code(event, argument)
@@ -70,7 +63,7 @@ class ContainerPassedToFullyShard(Rule):
                 if is_simple_statement(statement) and isinstance(statement.body[0], cst.Expr) and statement.body[0].value is event.node:
                     variable = unused_name(event, "layer")
 
-                    def loop(line: cst.SimpleStatementLine, variable=variable, iterable=f"{text}{_CONTAINERS[kind]}") -> cst.For:
+                    def loop(line: cst.SimpleStatementLine, variable=variable, iterable=f"{text}{FORWARDLESS_CONTAINERS[kind]}") -> cst.For:
                         call = line.body[0].value
                         args = [call.args[0].with_changes(value=cst.Name(variable)), *call.args[1:]]
                         inner = line.with_changes(body=[line.body[0].with_changes(value=call.with_changes(args=args))], leading_lines=[])
@@ -80,19 +73,4 @@ class ContainerPassedToFullyShard(Rule):
                     fix = Fix(f"Shard each module of `{text}` in a loop", safe=True, operations=[Replace(statement, loop)])
                 yield Finding(event.file, event.node,
                               f"`{text}` is an `nn.{kind}`, which has no forward{via(event)}: `fully_shard` raises "
-                              f"`ValueError`; shard each module: `for layer in {text}{_CONTAINERS[kind]}: fully_shard(layer)`", fix)
-
-    @staticmethod
-    def _container_kind(argument, types: dict[str, set[str]]) -> str | None:
-        import libcst as cst
-
-        from fsdplint.model import dotted_name
-
-        if isinstance(argument, cst.Call):
-            name = (dotted_name(argument.func) or "").rsplit(".", 1)[-1]
-            return name if name in _CONTAINERS else None
-        if isinstance(argument, cst.Attribute):
-            assigned = types.get(argument.attr.value, set())
-            if len(assigned) == 1 and next(iter(assigned)) in _CONTAINERS:
-                return next(iter(assigned))
-        return None
+                              f"`ValueError`; shard each module: `for layer in {text}{FORWARDLESS_CONTAINERS[kind]}: fully_shard(layer)`", fix)

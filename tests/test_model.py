@@ -348,3 +348,186 @@ def test_a_name_imported_from_another_package_is_not_the_runs_function_of_that_n
     assert [d.code for d in check_paths([tmp_path], select=["FSDP301", "FSDP304"])] == []
     (tmp_path / "train.py").write_text("from mypkg import setup\n\nsetup()\n")
     assert sorted(d.code for d in check_paths([tmp_path], select=["FSDP301", "FSDP304"])) == ["FSDP301", "FSDP304"]
+
+
+# The shapes of issue 13's false positives and misses on real repositories, each through the rules.
+
+def test_a_model_rebuilt_under_the_same_name_is_not_the_sharded_one():
+    assert codes("""
+    import copy
+    import torch.nn as nn
+    from torch.distributed.fsdp import fully_shard
+
+    def main():
+        model = Net()
+        for block in model.layers:
+            fully_shard(block)
+        fully_shard(model)
+        model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+        clone = copy.deepcopy(model)
+        fully_shard(model[0])
+        fully_shard(model)
+    """) == []
+
+
+def test_if_elif_arms_are_not_a_sequence():
+    assert codes("""
+    from torch.distributed.fsdp import fully_shard
+
+    def prepare(model, mode):
+        if mode == "root":
+            fully_shard(model)
+        elif mode == "blocks":
+            for block in model.layers:
+                fully_shard(block)
+            fully_shard(model)
+    """) == []
+
+
+def test_the_root_sharded_last_by_a_chain_or_a_literal_tuple():
+    assert codes("""
+    import itertools
+    from torch.distributed.fsdp import fully_shard
+
+    def by_chain(model):
+        for module in itertools.chain(model.layers, [model]):
+            fully_shard(module)
+        return model(1)
+
+    def by_tuple(model):
+        for module in (model.embed, model.head, model):
+            fully_shard(module)
+        return model(1)
+    """) == []
+
+
+def test_a_helper_after_sharding_builds_the_optimizer_and_runs_a_step():
+    assert codes("""
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+    def setup(model, batch):
+        optimizer = torch.optim.AdamW(model.parameters())
+        model(batch).sum().backward()
+        optimizer.step()
+        return optimizer
+
+    def main(batch):
+        model = Net()
+        for block in model.layers:
+            fully_shard(block)
+        fully_shard(model)
+        optimizer = setup(model, batch)
+    """) == []
+
+
+DECORATED = """
+import functools
+import os
+import torch
+import torch.distributed as dist
+
+def cleanup(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            {finally_}
+
+    return wrapper
+
+@cleanup
+def main():
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl")
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_decorator_that_destroys_the_group_in_finally():
+    assert codes(DECORATED.format(finally_="dist.destroy_process_group()"), select=["FSDP304"]) == []
+    assert codes(DECORATED.format(finally_="print('done')"), select=["FSDP304"]) == [(20, "FSDP304")]
+
+
+def test_each_function_of_a_dispatch_table_is_a_path_of_its_own():
+    source = """
+    import os
+    import torch
+    import torch.distributed as dist
+
+    def run_a():
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group("nccl")
+        dist.destroy_process_group()
+
+    def run_b():
+        {device}
+        dist.init_process_group("nccl")
+        dist.destroy_process_group()
+
+    MODES = {{"a": run_a, "b": run_b}}
+    if __name__ == "__main__":
+        MODES[os.environ["MODE"]]()
+    """
+    assert codes(source.format(device='torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))'), select=["FSDP301"]) == []
+    assert codes(source.format(device="pass"), select=["FSDP301"]) == [(13, "FSDP301")]
+
+
+def test_a_rank_test_through_an_object_is_a_guard():
+    assert codes("""
+    import torch
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    def save(model):
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if Cluster().get_rank() == 0:
+            torch.save(state, "model.pt")
+    """) == []
+
+
+def test_initializing_each_parameter_materializes_a_meta_model():
+    assert codes("""
+    import torch
+    import torch.nn as nn
+    from torch.distributed.fsdp import fully_shard
+
+    def main():
+        with torch.device("meta"):
+            model = Transformer()
+        for block in model.layers:
+            fully_shard(block)
+        fully_shard(model)
+        model.to_empty(device="cuda")
+        for p in model.parameters():
+            nn.init.trunc_normal_(p, std=0.02)
+        return model(1)
+    """) == []
+
+
+def test_a_local_module_list_is_a_container_not_a_root():
+    assert codes("""
+    import torch.nn as nn
+    from torch.distributed.fsdp import fully_shard
+
+    def shard(model):
+        blocks = nn.ModuleList([model.a, model.b])
+        fully_shard(blocks)
+        fully_shard(model)
+    """) == [(7, "FSDP107")]
+
+
+def test_a_module_tensor_parallelized_in_place_is_still_the_leaf_it_was():
+    assert codes("""
+    from torch import nn
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
+    def shard(mesh, tp_mesh, tp):
+        model = nn.Linear(128, 128)
+        if tp > 1:
+            model = parallelize_module(model, tp_mesh, ColwiseParallel())
+        fully_shard(model, mesh=mesh)
+    """) == []

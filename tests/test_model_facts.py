@@ -50,3 +50,183 @@ def test_analysis_starts_only_from_files_that_use_torch_distributed():
     }
     plan = make_plan(sorted(texts), texts.__getitem__, ("get_rank",), set(), lambda path: path[:-3].replace("/", "."))
     assert plan.parsed == ["train.py"]
+
+
+def events(flow: model.Flow, kind: str) -> list[model.Event]:
+    return list(flow.of_kind(kind))
+
+
+def test_a_rebound_name_is_a_new_value_unless_computed_from_the_old():
+    flow = flow_of(program_of("""
+    from torch.distributed.fsdp import fully_shard
+    def main():
+        model = Net()
+        fully_shard(model)
+        model = torch.compile(model)
+        fully_shard(model)
+        model = nn.Sequential(nn.Linear(2, 2))
+        fully_shard(model)
+    """), "main")
+    first, compiled, rebuilt = (event.target for event in events(flow, model.SHARD))
+    assert first == compiled and rebuilt != first
+    assert rebuilt.name == "model" and rebuilt.variable != rebuilt.root
+
+
+def test_exclusive_arms_of_if_elif_else_and_after_an_early_return():
+    flow = flow_of(program_of("""
+    from torch.distributed.fsdp import fully_shard
+    def prepare(model, mode):
+        if mode == "root":
+            fully_shard(model.a)
+        elif mode == "blocks":
+            fully_shard(model.b)
+        else:
+            fully_shard(model.c)
+        fully_shard(model.d)
+        if mode == "eval":
+            fully_shard(model.e)
+            return
+        fully_shard(model.f)
+    """), "prepare")
+    a, b, c, d, e, f = events(flow, model.SHARD)
+    assert a.exclusive(b) and a.exclusive(c) and b.exclusive(c)
+    assert not any(d.exclusive(other) for other in (a, b, c, e, f))
+    assert e.exclusive(f) and f.excludes(e)
+
+
+def test_match_cases_and_except_handlers_are_arms():
+    flow = flow_of(program_of("""
+    from torch.distributed.fsdp import fully_shard
+    def prepare(model, mode):
+        match mode:
+            case "a":
+                fully_shard(model.a)
+            case _:
+                fully_shard(model.b)
+        try:
+            fully_shard(model.c)
+        except ValueError:
+            fully_shard(model.d)
+        except TypeError:
+            fully_shard(model.e)
+        else:
+            fully_shard(model.f)
+    """), "prepare")
+    a, b, c, d, e, f = events(flow, model.SHARD)
+    assert a.exclusive(b)
+    assert not c.exclusive(d) and d.exclusive(e) and d.exclusive(f) and e.exclusive(f)
+
+
+def test_branches_that_build_the_model_differently_join_into_a_new_value():
+    flow = flow_of(program_of("""
+    from torch.distributed.fsdp import fully_shard
+    def main(tiny):
+        model = Base()
+        if tiny:
+            model = Tiny()
+        else:
+            model = Big()
+        fully_shard(model)
+        keep = model
+        if tiny:
+            keep = fully_shard(keep)
+        fully_shard(keep)
+    """), "main")
+    joined, same, kept = (event.target for event in events(flow, model.SHARD))
+    assert joined.variable == "model" and joined.root != "model"
+    assert same.root == kept.root  # `keep = fully_shard(keep)` is still `keep` on both paths
+
+
+def test_loops_over_known_values_visit_them_in_order():
+    program = program_of("""
+    import itertools
+    from torch.distributed.fsdp import fully_shard
+    def by_tuple(model):
+        for module in (model.embed, model.head, model):
+            fully_shard(module)
+    def by_chain(model):
+        for module in itertools.chain(model.layers, [model]):
+            fully_shard(module)
+    def by_enumerate(model):
+        for i, module in enumerate(reversed([model.a, model.b])):
+            fully_shard(module)
+    """)
+    targets = lambda name: [event.target for event in events(flow_of(program, name), model.SHARD)]
+    assert targets("by_tuple") == [model.Ref("model", ("embed",)), model.Ref("model", ("head",)), model.Ref("model")]
+    assert targets("by_chain") == [model.Ref("model", ("layers", "[]")), model.Ref("model")]
+    assert targets("by_enumerate") == [model.Ref("model", ("b",)), model.Ref("model", ("a",))]
+
+
+def test_an_if_in_each_pass_of_an_unrolled_loop_is_its_own():
+    flow = flow_of(program_of("""
+    from torch.distributed.fsdp import fully_shard
+    def main(model):
+        for module in (model.a, model.b):
+            if module is not None:
+                fully_shard(module)
+            else:
+                fully_shard(model.c)
+    """), "main")
+    first, other, second, _ = events(flow, model.SHARD)
+    assert first.exclusive(other) and not first.exclusive(second)
+
+
+def test_a_dispatch_table_calls_one_of_its_functions():
+    flow = flow_of(program_of("""
+    import torch.distributed as dist
+    def run_a():
+        dist.init_process_group("nccl")
+    def run_b():
+        dist.init_process_group("gloo")
+    MODES = {"a": run_a, "b": run_b}
+    MODES[mode]()
+    MODES.get(mode)()
+    """), None)
+    inits = [event for event in events(flow, model.CALL) if event.qname == "torch.distributed.init_process_group"]
+    assert len(inits) == 4 and inits[0].exclusive(inits[1]) and inits[2].exclusive(inits[3])
+    assert not inits[0].exclusive(inits[2])
+
+
+def test_a_decorator_runs_its_wrappers_finally_after_the_function():
+    flow = flow_of(program_of("""
+    import functools
+    import torch.distributed as dist
+    def cleanup(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                dist.destroy_process_group()
+        return wrapper
+    @cleanup
+    def main(backend):
+        dist.init_process_group(backend)
+    main("nccl")
+    """), None)
+    calls = [event.qname for event in events(flow, model.CALL) if event.qname.startswith("torch.")]
+    assert calls == ["torch.distributed.init_process_group", "torch.distributed.destroy_process_group"]
+    init = next(event for event in events(flow, model.CALL) if event.qname == "torch.distributed.init_process_group")
+    assert init.args[0].constant is None and init.node.args[0].value.value == "backend"
+
+
+def test_a_rank_read_through_an_object_guards():
+    flow = flow_of(program_of("""
+    import torch
+    def save(state):
+        if Cluster().get_rank() == 0:
+            torch.save(state, "model.pt")
+    """), "save")
+    (save,) = [event for event in events(flow, model.CALL) if event.qname == "torch.save"]
+    assert save.rank_guards
+
+
+def test_initializing_each_parameter_touches_the_module():
+    flow = flow_of(program_of("""
+    import torch.nn as nn
+    def init(model):
+        for p in model.parameters():
+            nn.init.trunc_normal_(p, std=0.02)
+    """), "init")
+    (call,) = [event for event in events(flow, model.CALL) if event.qname == "torch.nn.init.trunc_normal_"]
+    assert call.touches(model.Ref("model"))
