@@ -19,7 +19,7 @@ from fsdplint.config import Settings
 from fsdplint.noqa import NOQA_TOKEN, OUR_PREFIX, Suppressions, may_hold_our_noqa, parse_suppressions
 from fsdplint.plan import Plan, Unit, make_plan, module_name_for
 from fsdplint.rule import Finding, Rule, RuleSet, Severity
-from fsdplint.source import SourceError, SourceFile, decode_source
+from fsdplint.source import SourceError, SourceFile, decode_source, split_lines
 
 if TYPE_CHECKING:
     from fsdplint.discovery import Candidate
@@ -57,7 +57,7 @@ class Diagnostic:
     message: str
     severity: Severity
     fix: Fix | None = None
-    source_line: str = ""
+    source_lines: list[str] = field(default_factory=list)  # the lines line..end_line; none when there is no text to show
     file: FileModel | None = field(default=None, repr=False)
 
     @property
@@ -126,7 +126,7 @@ class Engine:
             try:
                 sources[candidate.display] = _read(candidate)[0]
             except SourceError as error:
-                problems.append(self._file_problem(candidate.display, "FSDP002", str(error)))
+                problems.append(self._file_problem(candidate.display, "FSDP002", str(error), error.line, error.column, error.source_lines))
         return sources, problems
 
     def check_cached(self, candidates: list[Candidate], stdin: SourceFile | None, cache: Cache) -> Result:
@@ -151,9 +151,11 @@ class Engine:
                     known = self._facts(source.text, content_hash(data))
                     sources[candidate.display] = source
                     index.record(absolute, stat, recorded, known)
-            except (OSError, SourceError) as error:
-                message = str(error) if isinstance(error, SourceError) else f"cannot read: {error.strerror or error}"
-                problems.append(self._file_problem(candidate.display, "FSDP002", message))
+            except OSError as error:
+                problems.append(self._file_problem(candidate.display, "FSDP002", f"cannot read: {error.strerror or error}"))
+                continue
+            except SourceError as error:
+                problems.append(self._file_problem(candidate.display, "FSDP002", str(error), error.line, error.column, error.source_lines))
                 continue
             facts[candidate.display] = known
             paths[candidate.display] = candidate.path
@@ -206,9 +208,9 @@ class Engine:
     def _facts(self, text: str, hash: str) -> FileFacts:
         return FileFacts(hash, [token for token in self.watched if token in text] + ([NOQA_TOKEN] if may_hold_our_noqa(text) else []))
 
-    def _file_problem(self, path: str, code: str, message: str, line: int = 1, column: int = 1) -> Diagnostic:
+    def _file_problem(self, path: str, code: str, message: str, line: int = 1, column: int = 1, source_lines: list[str] | None = None) -> Diagnostic:
         rule = self.ruleset.by_code[code]
-        return Diagnostic(path, line, column, line, column, code, rule.name, message, rule.severity)
+        return Diagnostic(path, line, column, line, column, code, rule.name, message, rule.severity, source_lines=source_lines or [])
 
     # checking
 
@@ -293,12 +295,15 @@ class Engine:
                 if python_error is None:
                     # Valid Python that libcst cannot parse (e.g. a line continuation at the end of
                     # the file): not a syntax error, but the file cannot be checked.
-                    errors.append(self._file_problem(path, "FSDP002", f"libcst cannot parse this file, though Python can: {error.message}", error.raw_line, error.raw_column + 1))
+                    errors.append(self._file_problem(path, "FSDP002", f"libcst cannot parse this file, though Python can: {error.message}",
+                                                     error.raw_line, error.raw_column + 1, _lines(source.text, error.raw_line)))
                 elif python_error.lineno:
                     # CPython's message and position are exact; libcst's can point past the error.
-                    errors.append(self._file_problem(path, "FSDP001", f"SyntaxError: {python_error.msg}", python_error.lineno, python_error.offset or 1))
+                    errors.append(self._file_problem(path, "FSDP001", f"SyntaxError: {python_error.msg}", python_error.lineno,
+                                                     python_error.offset or 1, _lines(source.text, python_error.lineno)))
                 else:
-                    errors.append(self._file_problem(path, "FSDP001", f"SyntaxError: {error.message}", error.raw_line, error.raw_column + 1))
+                    errors.append(self._file_problem(path, "FSDP001", f"SyntaxError: {error.message}", error.raw_line, error.raw_column + 1,
+                                                     _lines(source.text, error.raw_line)))
                 continue
             except RecursionError:
                 errors.append(self._file_problem(path, "FSDP001", "the file is nested too deeply to parse"))
@@ -378,7 +383,6 @@ class Engine:
             key = (finding.file.display, position.start.line, position.start.column, rule.code)
             if key in diagnostics:
                 continue
-            lines = finding.file.source.text.splitlines()
             diagnostics[key] = Diagnostic(
                 path=finding.file.display,
                 line=position.start.line,
@@ -390,7 +394,7 @@ class Engine:
                 message=finding.message,
                 severity=finding.severity or rule.severity,
                 fix=finding.fix,
-                source_line=lines[position.start.line - 1] if position.start.line <= len(lines) else "",
+                source_lines=_lines(finding.file.source.text, position.start.line, position.end.line),
                 file=finding.file,
             )
         return list(diagnostics.values())
@@ -422,19 +426,21 @@ class Engine:
                 if diagnostic.code not in ALWAYS_ON and suppressions.suppress(diagnostic.code, diagnostic.line):
                     continue
                 kept.append(diagnostic)
-            kept += self._noqa_problems(path, suppressions, ignored)
+            kept += self._noqa_problems(path, source.text, suppressions, ignored)
         return kept
 
-    def _noqa_problems(self, path: str, suppressions: Suppressions, ignored: set[str]) -> list[Diagnostic]:
+    def _noqa_problems(self, path: str, text: str, suppressions: Suppressions, ignored: set[str]) -> list[Diagnostic]:
         problems: list[Diagnostic] = []
         for directive in suppressions.lines.values():
             ours = [code for code in directive.codes or () if code.startswith(OUR_PREFIX)]
             unknown = [code for code in ours if code not in self.ruleset.by_code]
             if unknown and "FSDP004" in self.selected_codes and "FSDP004" not in ignored:
-                problems.append(self._file_problem(path, "FSDP004", f"Unknown fsdplint code in `# noqa`: {', '.join(unknown)}", directive.line, directive.column))
+                problems.append(self._file_problem(path, "FSDP004", f"Unknown fsdplint code in `# noqa`: {', '.join(unknown)}", directive.line,
+                                                   directive.column, _lines(text, directive.line)))
             checked = [code for code in ours if code in self.selected_codes and code not in unknown]
             if checked and not directive.used.intersection(checked) and "FSDP003" in self.selected_codes and "FSDP003" not in ignored:
-                problems.append(self._file_problem(path, "FSDP003", f"Unused `# noqa` directive (nothing to suppress: {', '.join(checked)})", directive.line, directive.column))
+                problems.append(self._file_problem(path, "FSDP003", f"Unused `# noqa` directive (nothing to suppress: {', '.join(checked)})",
+                                                   directive.line, directive.column, _lines(text, directive.line)))
         return problems
 
     # fixing
@@ -500,6 +506,11 @@ def _fixed_text(model: FileModel, diagnostics: list[Diagnostic]) -> tuple[str | 
     except Exception as error:
         return None, error
     return (text, None) if parses(text) else (None, None)
+
+
+def _lines(text: str, first: int, last: int | None = None) -> list[str]:
+    """Lines `first` to `last` (1-based, default: `first` alone) of `text`."""
+    return split_lines(text)[first - 1:last or first]
 
 
 def parses(text: str) -> bool:

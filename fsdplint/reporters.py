@@ -80,16 +80,8 @@ def concise(diagnostics: list[Diagnostic], ruleset: RuleSet, options: RenderOpti
 def full(diagnostics: list[Diagnostic], ruleset: RuleSet, options: RenderOptions = PLAIN) -> str:
     blocks = []
     for d in diagnostics:
-        gutter = " " * len(str(d.line))
-        bar = options.style("|", "bold", "blue")
-        width = max(1, (d.end_column - d.column) if d.end_line == d.line else len(d.source_line) - d.column + 1)
-        carets = options.style("^" * width + " " + d.name, "bold", "red")
-        lines = [
-            f"{_header(d, options)} [{d.severity.value}] {d.message}",
-            f"{gutter} {bar}",
-            f"{options.style(str(d.line), 'bold', 'blue')} {bar} {d.source_line}",
-            f"{gutter} {bar} {' ' * (d.column - 1)}{carets}",
-        ]
+        gutter = " " * len(str(d.line + max(len(d.source_lines), 1) - 1))
+        lines = [f"{_header(d, options)} [{d.severity.value}] {d.message}", *_underlined(d, options)]
         if d.fix is not None:
             help_line = f"{gutter} {options.style('= help', 'bold', 'cyan')}: {d.fix.message}" + ("" if d.fix.safe else " (unsafe fix)")
             lines.append(help_line)
@@ -97,6 +89,25 @@ def full(diagnostics: list[Diagnostic], ruleset: RuleSet, options: RenderOptions
                 lines += _fix_diff(d, options)
         blocks.append("\n".join(lines) + "\n")
     return "\n".join(blocks)
+
+
+def _underlined(d: Diagnostic, options: RenderOptions) -> list[str]:
+    """Every line of the finding's span, each underlined where the span covers it (a blank line is
+    not), with the rule's name after the last; nothing when there is no text to show."""
+    if not d.source_lines:
+        return []
+    width = len(str(d.line + len(d.source_lines) - 1))
+    bar = options.style("|", "bold", "blue")
+    rows = [f"{' ' * width} {bar}"]
+    for number, text in enumerate(d.source_lines, d.line):
+        start = d.column - 1 if number == d.line else len(text) - len(text.lstrip())
+        end = d.end_column - 1 if number == d.end_line else len(text)
+        rows.append(f"{options.style(f'{number:>{width}}', 'bold', 'blue')} {bar}" + (f" {text}" if text else ""))
+        last = number == d.line + len(d.source_lines) - 1
+        if last or end > start:
+            carets = "^" * max(1, end - start) + (f" {d.name}" if last else "")
+            rows.append(f"{' ' * width} {bar} {' ' * start}{options.style(carets, 'bold', 'red')}")
+    return rows
 
 
 def _fix_diff(d: Diagnostic, options: RenderOptions) -> list[str]:
@@ -251,7 +262,7 @@ def gitlab(diagnostics: list[Diagnostic], ruleset: RuleSet, options: RenderOptio
     seen: Counter[str] = Counter()
     for d in diagnostics:
         path = _gitlab_path(d.path)
-        identity = "\0".join((path, d.code, d.source_line.strip()))
+        identity = "\0".join((path, d.code, d.source_lines[0].strip() if d.source_lines else ""))
         seen[identity] += 1
         fingerprint = hashlib.sha256(f"{identity}\0{seen[identity]}".encode()).hexdigest()
         issues.append({

@@ -105,6 +105,18 @@ def test_gitlab_fingerprints_survive_moved_lines(project):
     assert all(after[fingerprint] == line + 2 for fingerprint, line in before.items())
 
 
+def test_gitlab_fingerprint_of_a_file_that_did_not_parse_follows_its_line(project):
+    def fingerprint() -> str:
+        (issue,) = _gitlab(project, "broken.py")
+        return issue["fingerprint"]
+
+    first = fingerprint()
+    (project / "broken.py").write_text("\n" + SYNTAX_ERROR)
+    assert fingerprint() == first  # moved, still the same finding
+    (project / "broken.py").write_text(SYNTAX_ERROR.replace("broken", "other"))
+    assert fingerprint() != first  # another line, another finding
+
+
 def test_gitlab_paths_are_relative_to_the_project(project):
     issues = _gitlab(project, str(project / "bad.py"), env={"CI_PROJECT_DIR": str(project)})
     assert {issue["location"]["path"] for issue in issues} == {"bad.py"}
