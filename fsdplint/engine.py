@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from fsdplint.cache import Cache, FileFacts, code_fingerprint, content_hash, digest
 from fsdplint.config import Settings
+from fsdplint.edits import Position, Range, TextEdit, text_edits
 from fsdplint.noqa import NOQA_TOKEN, OUR_PREFIX, Suppressions, may_hold_our_noqa, parse_suppressions
 from fsdplint.plan import Plan, Unit, make_plan, module_name_for
 from fsdplint.rule import Finding, Rule, RuleSet, Severity
@@ -56,7 +57,10 @@ class Diagnostic:
     name: str
     message: str
     severity: Severity
-    fix: Fix | None = None
+    fix: Fix | FixSummary | None = None
+    # The fix alone as edits on the checked text: what JSON, SARIF and the API show, kept where the
+    # tree is not (the cache, worker processes). Empty when the fix changes nothing or would not parse.
+    edits: tuple[TextEdit, ...] = ()
     source_lines: list[str] = field(default_factory=list)  # the lines line..end_line; none when there is no text to show
     file: FileModel | None = field(default=None, repr=False)
 
@@ -270,7 +274,7 @@ class Engine:
             models, diagnostics = self._parse(unit_sources, list(unit.paths))
             if models:
                 findings = self._run_rules(list(models.values()), diagnostics)
-                diagnostics += self._to_diagnostics(findings)
+                diagnostics += self._to_diagnostics(findings, diagnostics)
         return self._suppress(unit_sources, diagnostics)
 
     def _parse(self, sources: dict[str, SourceFile], paths: list[str]) -> tuple[dict[str, FileModel], list[Diagnostic]]:
@@ -373,7 +377,7 @@ class Engine:
             finding.file.position(finding.node)
         return findings
 
-    def _to_diagnostics(self, findings: list[Finding]) -> list[Diagnostic]:
+    def _to_diagnostics(self, findings: list[Finding], errors: list[Diagnostic]) -> list[Diagnostic]:
         diagnostics: dict[tuple, Diagnostic] = {}
         rule_of = {}
         for finding in findings:
@@ -383,6 +387,13 @@ class Engine:
             key = (finding.file.display, position.start.line, position.start.column, rule.code)
             if key in diagnostics:
                 continue
+            fix, edits = finding.fix, ()
+            if fix is not None:
+                try:
+                    edits = _edits_of(finding.file, fix)
+                except Exception as error:  # a fix that raises is reported, and offered to nobody
+                    errors.append(self._internal_error(finding.file.display, f"the fix of {rule.code}", error))
+                    fix = None
             diagnostics[key] = Diagnostic(
                 path=finding.file.display,
                 line=position.start.line,
@@ -393,7 +404,8 @@ class Engine:
                 name=rule.name,
                 message=finding.message,
                 severity=finding.severity or rule.severity,
-                fix=finding.fix,
+                fix=fix,
+                edits=edits,
                 source_lines=_lines(finding.file.source.text, position.start.line, position.end.line),
                 file=finding.file,
             )
@@ -474,7 +486,7 @@ class Engine:
                     if error is not None:
                         failed.append(self._internal_error(path, f"the fix of {diagnostic.code}", error))
                     else:
-                        failed.append(replace(diagnostic, code="FSDP005", name=self.ruleset.by_code["FSDP005"].name, severity=Severity.ERROR, fix=None,
+                        failed.append(replace(diagnostic, code="FSDP005", name=self.ruleset.by_code["FSDP005"].name, severity=Severity.ERROR, fix=None, edits=(),
                                               message=f"The fix for {diagnostic.code} was dropped: its output would not parse"))
                 chosen = good
                 text = _fixed_text(model, chosen)[0] if chosen else None
@@ -506,6 +518,14 @@ def _fixed_text(model: FileModel, diagnostics: list[Diagnostic]) -> tuple[str | 
     except Exception as error:
         return None, error
     return (text, None) if parses(text) else (None, None)
+
+
+def _edits_of(file: FileModel, fix: Fix) -> tuple[TextEdit, ...]:
+    from fsdplint.fixes import apply_fixes
+
+    before = file.source.text
+    after = apply_fixes(file, [fix])
+    return text_edits(before, after) if after != before and parses(after) else ()
 
 
 def _lines(text: str, first: int, last: int | None = None) -> list[str]:
@@ -569,15 +589,17 @@ class _ModuleNames:
 
 
 def _to_record(diagnostic: Diagnostic) -> dict:
-    record = {name: value for name, value in asdict(replace(diagnostic, fix=None, file=None)).items() if name not in ("fix", "file")}
+    record = {name: value for name, value in asdict(replace(diagnostic, fix=None, edits=(), file=None)).items() if name not in ("fix", "edits", "file")}
     record["severity"] = diagnostic.severity.value
     record["fix"] = None if diagnostic.fix is None else [diagnostic.fix.message, diagnostic.fix.safe]
+    record["edits"] = [[e.range.start.line, e.range.start.column, e.range.end.line, e.range.end.column, e.new_text] for e in diagnostic.edits]
     return record
 
 
 def _from_record(record: dict) -> Diagnostic:
     fix = record["fix"]
-    return Diagnostic(**{**record, "severity": Severity(record["severity"]), "fix": FixSummary(*fix) if fix else None})
+    edits = tuple(TextEdit(Range(Position(line, column), Position(end_line, end_column)), text) for line, column, end_line, end_column, text in record["edits"])
+    return Diagnostic(**{**record, "severity": Severity(record["severity"]), "fix": FixSummary(*fix) if fix else None, "edits": edits})
 
 
 _worker_engine: Engine | None = None

@@ -17,6 +17,7 @@ from pathlib import Path, PurePath
 from typing import Callable, TextIO
 
 from fsdplint import __version__
+from fsdplint.edits import TextEdit
 from fsdplint.engine import Diagnostic
 from fsdplint.rule import RuleSet
 
@@ -149,7 +150,16 @@ def _json_item(d: Diagnostic) -> dict:
         "filename": d.path,
         "location": {"row": d.line, "column": d.column},
         "end_location": {"row": d.end_line, "column": d.end_column},
-        "fix": None if d.fix is None else {"applicability": d.fix_applicability, "message": d.fix.message},
+        "fix": None if d.fix is None else {
+            "applicability": d.fix_applicability,
+            "message": d.fix.message,
+            # As ruff writes them: replace location..end_location (1-based, end exclusive) with content.
+            "edits": [{
+                "content": edit.new_text,
+                "location": {"row": edit.range.start.line, "column": edit.range.start.column},
+                "end_location": {"row": edit.range.end.line, "column": edit.range.end.column},
+            } for edit in d.edits],
+        },
         "url": DOCS_URL.format(code=d.code),
     }
 
@@ -190,21 +200,28 @@ def sarif(diagnostics: list[Diagnostic], ruleset: RuleSet, options: RenderOption
         }
         for code in used
     ]
-    results = [
-        {
+    results = []
+    for d in diagnostics:
+        uri = d.path.replace("\\", "/")
+        result = {
             "ruleId": d.code,
             "ruleIndex": used.index(d.code),
             "level": d.severity.value,
             "message": {"text": d.message},
             "locations": [{
                 "physicalLocation": {
-                    "artifactLocation": {"uri": d.path.replace("\\", "/")},
+                    "artifactLocation": {"uri": uri},
                     "region": {"startLine": d.line, "startColumn": d.column, "endLine": d.end_line, "endColumn": d.end_column},
                 }
             }],
         }
-        for d in diagnostics
-    ]
+        if d.fix is not None and d.edits:
+            result["fixes"] = [{
+                "description": {"text": d.fix.message + ("" if d.fix.safe else " (unsafe fix: check the result)")},
+                "artifactChanges": [{"artifactLocation": {"uri": uri}, "replacements": [_sarif_replacement(edit) for edit in d.edits]}],
+                "properties": {"applicability": d.fix_applicability},
+            }]
+        results.append(result)
     document = {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
@@ -214,6 +231,14 @@ def sarif(diagnostics: list[Diagnostic], ruleset: RuleSet, options: RenderOption
         }],
     }
     return json.dumps(document, indent=2) + "\n"
+
+
+def _sarif_replacement(edit: TextEdit) -> dict:
+    start, end = edit.range.start, edit.range.end
+    return {
+        "deletedRegion": {"startLine": start.line, "startColumn": start.column, "endLine": end.line, "endColumn": end.column},
+        "insertedContent": {"text": edit.new_text},
+    }
 
 
 def junit(diagnostics: list[Diagnostic], ruleset: RuleSet, options: RenderOptions = PLAIN) -> str:
