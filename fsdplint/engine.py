@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Iterable
 from fsdplint.cache import Cache, FileFacts, code_fingerprint, content_hash, digest
 from fsdplint.config import Settings
 from fsdplint.distributed import DISTRIBUTED_MARKERS
+from fsdplint.edits import Position, Range, TextEdit, text_edits
 from fsdplint.noqa import NOQA_TOKEN, OUR_PREFIX, Suppressions, may_hold_our_noqa, parse_suppressions
 from fsdplint.plan import Plan, Unit, make_plan, module_name_for
 from fsdplint.rule import Finding, Rule, RuleSet, Severity
-from fsdplint.source import SourceError, SourceFile, decode_source
+from fsdplint.source import SourceError, SourceFile, decode_source, split_lines
 
 if TYPE_CHECKING:
     from fsdplint.discovery import Candidate
@@ -59,8 +60,11 @@ class Diagnostic:
     name: str
     message: str
     severity: Severity
-    fix: Fix | None = None
-    source_line: str = ""
+    fix: Fix | FixSummary | None = None
+    # The fix alone as edits on the checked text: what JSON, SARIF and the API show, kept where the
+    # tree is not (the cache, worker processes). Empty when the fix changes nothing or would not parse.
+    edits: tuple[TextEdit, ...] = ()
+    source_lines: list[str] = field(default_factory=list)  # the lines line..end_line; none when there is no text to show
     file: FileModel | None = field(default=None, repr=False)
 
     @property
@@ -135,7 +139,7 @@ class Engine:
             try:
                 sources[candidate.display] = _read(candidate)[0]
             except SourceError as error:
-                problems.append(self._file_problem(candidate.display, "FSDP002", str(error)))
+                problems.append(self._file_problem(candidate.display, "FSDP002", str(error), error.line, error.column, error.source_lines))
         return sources, problems
 
     def check_cached(self, candidates: list[Candidate], stdin: SourceFile | None, cache: Cache) -> Result:
@@ -160,9 +164,11 @@ class Engine:
                     known = self._facts(source.text, content_hash(data))
                     sources[candidate.display] = source
                     index.record(absolute, stat, recorded, known)
-            except (OSError, SourceError) as error:
-                message = str(error) if isinstance(error, SourceError) else f"cannot read: {error.strerror or error}"
-                problems.append(self._file_problem(candidate.display, "FSDP002", message))
+            except OSError as error:
+                problems.append(self._file_problem(candidate.display, "FSDP002", f"cannot read: {error.strerror or error}"))
+                continue
+            except SourceError as error:
+                problems.append(self._file_problem(candidate.display, "FSDP002", str(error), error.line, error.column, error.source_lines))
                 continue
             facts[candidate.display] = known
             paths[candidate.display] = candidate.path
@@ -215,9 +221,9 @@ class Engine:
     def _facts(self, text: str, hash: str) -> FileFacts:
         return FileFacts(hash, [token for token in self.watched if token in text] + ([NOQA_TOKEN] if may_hold_our_noqa(text) else []))
 
-    def _file_problem(self, path: str, code: str, message: str, line: int = 1, column: int = 1) -> Diagnostic:
+    def _file_problem(self, path: str, code: str, message: str, line: int = 1, column: int = 1, source_lines: list[str] | None = None) -> Diagnostic:
         rule = self.ruleset.by_code[code]
-        return Diagnostic(path, line, column, line, column, code, rule.name, message, rule.severity)
+        return Diagnostic(path, line, column, line, column, code, rule.name, message, rule.severity, source_lines=source_lines or [])
 
     # checking
 
@@ -278,7 +284,7 @@ class Engine:
             models, diagnostics = self._parse(unit_sources, list(unit.paths))
             if models:
                 findings = self._run_rules(list(models.values()), diagnostics)
-                diagnostics += self._to_diagnostics(findings)
+                diagnostics += self._to_diagnostics(findings, diagnostics)
         return self._suppress(unit_sources, diagnostics)
 
     def _parse(self, sources: dict[str, SourceFile], paths: list[str]) -> tuple[dict[str, FileModel], list[Diagnostic]]:
@@ -303,12 +309,15 @@ class Engine:
                 if python_error is None:
                     # Valid Python that libcst cannot parse (e.g. a line continuation at the end of
                     # the file): not a syntax error, but the file cannot be checked.
-                    errors.append(self._file_problem(path, "FSDP002", f"libcst cannot parse this file, though Python can: {error.message}", error.raw_line, error.raw_column + 1))
+                    errors.append(self._file_problem(path, "FSDP002", f"libcst cannot parse this file, though Python can: {error.message}",
+                                                     error.raw_line, error.raw_column + 1, _lines(source.text, error.raw_line)))
                 elif python_error.lineno:
                     # CPython's message and position are exact; libcst's can point past the error.
-                    errors.append(self._file_problem(path, "FSDP001", f"SyntaxError: {python_error.msg}", python_error.lineno, python_error.offset or 1))
+                    errors.append(self._file_problem(path, "FSDP001", f"SyntaxError: {python_error.msg}", python_error.lineno,
+                                                     python_error.offset or 1, _lines(source.text, python_error.lineno)))
                 else:
-                    errors.append(self._file_problem(path, "FSDP001", f"SyntaxError: {error.message}", error.raw_line, error.raw_column + 1))
+                    errors.append(self._file_problem(path, "FSDP001", f"SyntaxError: {error.message}", error.raw_line, error.raw_column + 1,
+                                                     _lines(source.text, error.raw_line)))
                 continue
             except RecursionError:
                 errors.append(self._file_problem(path, "FSDP001", "the file is nested too deeply to parse"))
@@ -353,7 +362,8 @@ class Engine:
                 line = flow.file.position(flow.function.node).start.line if flow.function else 1
                 where = f"`{flow.function.qualname}`" if flow.function else "the module body"
                 diagnostics.append(self._file_problem(flow.file.display, "FSDP006", f"the analysis of {where} ran past its budget: "
-                                                      "its facts are unknown and no rule reports on it", line))
+                                                      "its facts are unknown and no rule reports on it", line, 1,
+                                                      flow.file.source.text.splitlines()[line - 1:line]))
             for rule in self.rules:
                 findings += self._check_isolated(rule, program, diagnostics)
         return findings
@@ -383,7 +393,7 @@ class Engine:
             finding.file.position(finding.node)
         return findings
 
-    def _to_diagnostics(self, findings: list[Finding]) -> list[Diagnostic]:
+    def _to_diagnostics(self, findings: list[Finding], errors: list[Diagnostic]) -> list[Diagnostic]:
         diagnostics: dict[tuple, Diagnostic] = {}
         rule_of = {}
         for finding in findings:
@@ -393,7 +403,13 @@ class Engine:
             key = (finding.file.display, position.start.line, position.start.column, rule.code)
             if key in diagnostics:
                 continue
-            lines = finding.file.source.text.splitlines()
+            fix, edits = finding.fix, ()
+            if fix is not None:
+                try:
+                    edits = _edits_of(finding.file, fix)
+                except Exception as error:  # a fix that raises is reported, and offered to nobody
+                    errors.append(self._internal_error(finding.file.display, f"the fix of {rule.code}", error))
+                    fix = None
             diagnostics[key] = Diagnostic(
                 path=finding.file.display,
                 line=position.start.line,
@@ -404,8 +420,9 @@ class Engine:
                 name=rule.name,
                 message=finding.message,
                 severity=finding.severity or rule.severity,
-                fix=finding.fix,
-                source_line=lines[position.start.line - 1] if position.start.line <= len(lines) else "",
+                fix=fix,
+                edits=edits,
+                source_lines=_lines(finding.file.source.text, position.start.line, position.end.line),
                 file=finding.file,
             )
         return list(diagnostics.values())
@@ -437,19 +454,21 @@ class Engine:
                 if diagnostic.code not in ALWAYS_ON and suppressions.suppress(diagnostic.code, diagnostic.line):
                     continue
                 kept.append(diagnostic)
-            kept += self._noqa_problems(path, suppressions, ignored)
+            kept += self._noqa_problems(path, source.text, suppressions, ignored)
         return kept
 
-    def _noqa_problems(self, path: str, suppressions: Suppressions, ignored: set[str]) -> list[Diagnostic]:
+    def _noqa_problems(self, path: str, text: str, suppressions: Suppressions, ignored: set[str]) -> list[Diagnostic]:
         problems: list[Diagnostic] = []
         for directive in suppressions.lines.values():
             ours = [code for code in directive.codes or () if code.startswith(OUR_PREFIX)]
             unknown = [code for code in ours if code not in self.ruleset.by_code]
             if unknown and "FSDP004" in self.selected_codes and "FSDP004" not in ignored:
-                problems.append(self._file_problem(path, "FSDP004", f"Unknown fsdplint code in `# noqa`: {', '.join(unknown)}", directive.line, directive.column))
+                problems.append(self._file_problem(path, "FSDP004", f"Unknown fsdplint code in `# noqa`: {', '.join(unknown)}", directive.line,
+                                                   directive.column, _lines(text, directive.line)))
             checked = [code for code in ours if code in self.selected_codes and code not in unknown]
             if checked and not directive.used.intersection(checked) and "FSDP003" in self.selected_codes and "FSDP003" not in ignored:
-                problems.append(self._file_problem(path, "FSDP003", f"Unused `# noqa` directive (nothing to suppress: {', '.join(checked)})", directive.line, directive.column))
+                problems.append(self._file_problem(path, "FSDP003", f"Unused `# noqa` directive (nothing to suppress: {', '.join(checked)})",
+                                                   directive.line, directive.column, _lines(text, directive.line)))
         return problems
 
     # fixing
@@ -483,7 +502,7 @@ class Engine:
                     if error is not None:
                         failed.append(self._internal_error(path, f"the fix of {diagnostic.code}", error))
                     else:
-                        failed.append(replace(diagnostic, code="FSDP005", name=self.ruleset.by_code["FSDP005"].name, severity=Severity.ERROR, fix=None,
+                        failed.append(replace(diagnostic, code="FSDP005", name=self.ruleset.by_code["FSDP005"].name, severity=Severity.ERROR, fix=None, edits=(),
                                               message=f"The fix for {diagnostic.code} was dropped: its output would not parse"))
                 chosen = good
                 text = _fixed_text(model, chosen)[0] if chosen else None
@@ -515,6 +534,19 @@ def _fixed_text(model: FileModel, diagnostics: list[Diagnostic]) -> tuple[str | 
     except Exception as error:
         return None, error
     return (text, None) if parses(text) else (None, None)
+
+
+def _edits_of(file: FileModel, fix: Fix) -> tuple[TextEdit, ...]:
+    from fsdplint.fixes import apply_fixes
+
+    before = file.source.text
+    after = apply_fixes(file, [fix])
+    return text_edits(before, after) if after != before and parses(after) else ()
+
+
+def _lines(text: str, first: int, last: int | None = None) -> list[str]:
+    """Lines `first` to `last` (1-based, default: `first` alone) of `text`."""
+    return split_lines(text)[first - 1:last or first]
 
 
 def parses(text: str) -> bool:
@@ -573,15 +605,17 @@ class _ModuleNames:
 
 
 def _to_record(diagnostic: Diagnostic) -> dict:
-    record = {name: value for name, value in asdict(replace(diagnostic, fix=None, file=None)).items() if name not in ("fix", "file")}
+    record = {name: value for name, value in asdict(replace(diagnostic, fix=None, edits=(), file=None)).items() if name not in ("fix", "edits", "file")}
     record["severity"] = diagnostic.severity.value
     record["fix"] = None if diagnostic.fix is None else [diagnostic.fix.message, diagnostic.fix.safe]
+    record["edits"] = [[e.range.start.line, e.range.start.column, e.range.end.line, e.range.end.column, e.new_text] for e in diagnostic.edits]
     return record
 
 
 def _from_record(record: dict) -> Diagnostic:
     fix = record["fix"]
-    return Diagnostic(**{**record, "severity": Severity(record["severity"]), "fix": FixSummary(*fix) if fix else None})
+    edits = tuple(TextEdit(Range(Position(line, column), Position(end_line, end_column)), text) for line, column, end_line, end_column, text in record["edits"])
+    return Diagnostic(**{**record, "severity": Severity(record["severity"]), "fix": FixSummary(*fix) if fix else None, "edits": edits})
 
 
 _worker_engine: Engine | None = None

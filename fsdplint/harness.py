@@ -240,39 +240,44 @@ def run_script(script: Path, fixtures: Path, device: str, nproc: int, timeout: f
     """Run under torchrun in a session of its own; past `timeout`, kill it and every rank.
 
     With `launch.nnodes` > 1, one torchrun agent per simulated node, all on this machine (static
-    rendezvous on a local port), started together; the run ends when all have."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(fixtures), os.environ.get("PYTHONPATH")])),
-        "FSDPLINT_DEVICE": device,
-        "FSDPLINT_PG_TIMEOUT": str(PG_TIMEOUT_SECONDS),
-        "OMP_NUM_THREADS": "1",  # torchrun would warn and pick 1 anyway; ranks share the cores
-    }
-    nproc = launch.nproc_per_node or nproc
-    if launch.nnodes == 1:
-        agents = [(list(torchrun_args) or ["--standalone"], env)]
-    else:
-        port = _free_port()
-        agents = [([f"--nnodes={launch.nnodes}", f"--node_rank={node}", "--master_addr=127.0.0.1", f"--master_port={port}"],
-                   {**env, **_node_gpus(launch, node, gpus)}) for node in range(launch.nnodes)]
-    start = time.monotonic()
-    processes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *arguments, f"--nproc_per_node={nproc}", str(script)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=agent_env, start_new_session=True)
-                 for arguments, agent_env in agents]
-    outputs, codes = [], []
-    for process in processes:
-        try:
-            output, _ = process.communicate(timeout=max(1.0, timeout - (time.monotonic() - start)))
-            codes.append(process.returncode)
-        except subprocess.TimeoutExpired:
-            for group in _process_groups(process.pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(group, signal.SIGKILL)
-            output, _ = process.communicate()
-            codes.append(None)
-        outputs.append(output)
-    output = "".join(outputs)
-    returncode = None if None in codes else next((code for code in codes if code != 0), 0)
+    rendezvous on a local port), started together; the run ends when all have.
+
+    Each run gets a temporary folder of its own as TMPDIR, removed when it ends: what the script and
+    torchrun write to the temp folder (checkpoints, torchelastic's logs) goes with it."""
+    with tempfile.TemporaryDirectory(prefix="fsdplint-run-", ignore_cleanup_errors=True) as scratch:
+        env = {
+            **os.environ,
+            "TMPDIR": scratch,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(fixtures), os.environ.get("PYTHONPATH")])),
+            "FSDPLINT_DEVICE": device,
+            "FSDPLINT_PG_TIMEOUT": str(PG_TIMEOUT_SECONDS),
+            "OMP_NUM_THREADS": "1",  # torchrun would warn and pick 1 anyway; ranks share the cores
+        }
+        nproc = launch.nproc_per_node or nproc
+        if launch.nnodes == 1:
+            agents = [(list(torchrun_args) or ["--standalone"], env)]
+        else:
+            port = _free_port()
+            agents = [([f"--nnodes={launch.nnodes}", f"--node_rank={node}", "--master_addr=127.0.0.1", f"--master_port={port}"],
+                       {**env, **_node_gpus(launch, node, gpus)}) for node in range(launch.nnodes)]
+        start = time.monotonic()
+        processes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *arguments, f"--nproc_per_node={nproc}", str(script)],
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=agent_env, start_new_session=True)
+                     for arguments, agent_env in agents]
+        outputs, codes = [], []
+        for process in processes:
+            try:
+                output, _ = process.communicate(timeout=max(1.0, timeout - (time.monotonic() - start)))
+                codes.append(process.returncode)
+            except subprocess.TimeoutExpired:
+                for group in _process_groups(process.pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(group, signal.SIGKILL)
+                output, _ = process.communicate()
+                codes.append(None)
+            outputs.append(output)
+        output = "".join(outputs)
+        returncode = None if None in codes else next((code for code in codes if code != 0), 0)
     results = [json.loads(line[len(RESULT_PREFIX):]) for line in output.splitlines() if line.startswith(RESULT_PREFIX)]
     return Run(returncode, output, time.monotonic() - start, results[-1] if results else None)
 

@@ -17,6 +17,7 @@ from pathlib import Path, PurePath
 from typing import Callable, TextIO
 
 from fsdplint import __version__
+from fsdplint.edits import TextEdit
 from fsdplint.engine import Diagnostic
 from fsdplint.rule import RuleSet
 
@@ -80,16 +81,8 @@ def concise(diagnostics: list[Diagnostic], ruleset: RuleSet, options: RenderOpti
 def full(diagnostics: list[Diagnostic], ruleset: RuleSet, options: RenderOptions = PLAIN) -> str:
     blocks = []
     for d in diagnostics:
-        gutter = " " * len(str(d.line))
-        bar = options.style("|", "bold", "blue")
-        width = max(1, (d.end_column - d.column) if d.end_line == d.line else len(d.source_line) - d.column + 1)
-        carets = options.style("^" * width + " " + d.name, "bold", "red")
-        lines = [
-            f"{_header(d, options)} [{d.severity.value}] {d.message}",
-            f"{gutter} {bar}",
-            f"{options.style(str(d.line), 'bold', 'blue')} {bar} {d.source_line}",
-            f"{gutter} {bar} {' ' * (d.column - 1)}{carets}",
-        ]
+        gutter = " " * len(str(d.line + max(len(d.source_lines), 1) - 1))
+        lines = [f"{_header(d, options)} [{d.severity.value}] {d.message}", *_underlined(d, options)]
         if d.fix is not None:
             help_line = f"{gutter} {options.style('= help', 'bold', 'cyan')}: {d.fix.message}" + ("" if d.fix.safe else " (unsafe fix)")
             lines.append(help_line)
@@ -97,6 +90,25 @@ def full(diagnostics: list[Diagnostic], ruleset: RuleSet, options: RenderOptions
                 lines += _fix_diff(d, options)
         blocks.append("\n".join(lines) + "\n")
     return "\n".join(blocks)
+
+
+def _underlined(d: Diagnostic, options: RenderOptions) -> list[str]:
+    """Every line of the finding's span, each underlined where the span covers it (a blank line is
+    not), with the rule's name after the last; nothing when there is no text to show."""
+    if not d.source_lines:
+        return []
+    width = len(str(d.line + len(d.source_lines) - 1))
+    bar = options.style("|", "bold", "blue")
+    rows = [f"{' ' * width} {bar}"]
+    for number, text in enumerate(d.source_lines, d.line):
+        start = d.column - 1 if number == d.line else len(text) - len(text.lstrip())
+        end = d.end_column - 1 if number == d.end_line else len(text)
+        rows.append(f"{options.style(f'{number:>{width}}', 'bold', 'blue')} {bar}" + (f" {text}" if text else ""))
+        last = number == d.line + len(d.source_lines) - 1
+        if last or end > start:
+            carets = "^" * max(1, end - start) + (f" {d.name}" if last else "")
+            rows.append(f"{' ' * width} {bar} {' ' * start}{options.style(carets, 'bold', 'red')}")
+    return rows
 
 
 def _fix_diff(d: Diagnostic, options: RenderOptions) -> list[str]:
@@ -138,7 +150,16 @@ def _json_item(d: Diagnostic) -> dict:
         "filename": d.path,
         "location": {"row": d.line, "column": d.column},
         "end_location": {"row": d.end_line, "column": d.end_column},
-        "fix": None if d.fix is None else {"applicability": d.fix_applicability, "message": d.fix.message},
+        "fix": None if d.fix is None else {
+            "applicability": d.fix_applicability,
+            "message": d.fix.message,
+            # As ruff writes them: replace location..end_location (1-based, end exclusive) with content.
+            "edits": [{
+                "content": edit.new_text,
+                "location": {"row": edit.range.start.line, "column": edit.range.start.column},
+                "end_location": {"row": edit.range.end.line, "column": edit.range.end.column},
+            } for edit in d.edits],
+        },
         "url": DOCS_URL.format(code=d.code),
     }
 
@@ -179,21 +200,28 @@ def sarif(diagnostics: list[Diagnostic], ruleset: RuleSet, options: RenderOption
         }
         for code in used
     ]
-    results = [
-        {
+    results = []
+    for d in diagnostics:
+        uri = d.path.replace("\\", "/")
+        result = {
             "ruleId": d.code,
             "ruleIndex": used.index(d.code),
             "level": d.severity.value,
             "message": {"text": d.message},
             "locations": [{
                 "physicalLocation": {
-                    "artifactLocation": {"uri": d.path.replace("\\", "/")},
+                    "artifactLocation": {"uri": uri},
                     "region": {"startLine": d.line, "startColumn": d.column, "endLine": d.end_line, "endColumn": d.end_column},
                 }
             }],
         }
-        for d in diagnostics
-    ]
+        if d.fix is not None and d.edits:
+            result["fixes"] = [{
+                "description": {"text": d.fix.message + ("" if d.fix.safe else " (unsafe fix: check the result)")},
+                "artifactChanges": [{"artifactLocation": {"uri": uri}, "replacements": [_sarif_replacement(edit) for edit in d.edits]}],
+                "properties": {"applicability": d.fix_applicability},
+            }]
+        results.append(result)
     document = {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
@@ -203,6 +231,14 @@ def sarif(diagnostics: list[Diagnostic], ruleset: RuleSet, options: RenderOption
         }],
     }
     return json.dumps(document, indent=2) + "\n"
+
+
+def _sarif_replacement(edit: TextEdit) -> dict:
+    start, end = edit.range.start, edit.range.end
+    return {
+        "deletedRegion": {"startLine": start.line, "startColumn": start.column, "endLine": end.line, "endColumn": end.column},
+        "insertedContent": {"text": edit.new_text},
+    }
 
 
 def junit(diagnostics: list[Diagnostic], ruleset: RuleSet, options: RenderOptions = PLAIN) -> str:
@@ -251,7 +287,7 @@ def gitlab(diagnostics: list[Diagnostic], ruleset: RuleSet, options: RenderOptio
     seen: Counter[str] = Counter()
     for d in diagnostics:
         path = _gitlab_path(d.path)
-        identity = "\0".join((path, d.code, d.source_line.strip()))
+        identity = "\0".join((path, d.code, d.source_lines[0].strip() if d.source_lines else ""))
         seen[identity] += 1
         fingerprint = hashlib.sha256(f"{identity}\0{seen[identity]}".encode()).hexdigest()
         issues.append({

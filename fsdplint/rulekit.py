@@ -212,10 +212,12 @@ def no_sync_fix(event: Event) -> Fix | None:
             return cst.SimpleStatementLine([cst.Expr(call)])
 
         restore = cst.Finally(body=cst.IndentedBlock([toggle("True")]))
-        return cst.FlattenSentinel([
-            toggle("False").with_changes(leading_lines=with_node.leading_lines),
-            cst.Try(body=with_node.body, finalbody=restore),
-        ])
+        body, off = with_node.body, toggle("False").with_changes(leading_lines=with_node.leading_lines)
+        if isinstance(body, cst.IndentedBlock):
+            # The comment after `with ...:` stays on the line that replaces it, not on `try:`.
+            off = off.with_changes(trailing_whitespace=body.header)
+            body = body.with_changes(header=cst.TrailingWhitespace())
+        return cst.FlattenSentinel([off, cst.Try(body=body, finalbody=restore)])
 
     return Fix("Replace `no_sync()` with `set_requires_gradient_sync(False)`/`(True)` around the body", safe=True,
                operations=[Replace(statement, rewrite)])

@@ -20,6 +20,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 
 from fsdplint import __version__, api
+from fsdplint.reporters import DOCS_URL
 
 SOURCE = "fsdplint"
 FIX_ALL = "source.fixAll.fsdplint"
@@ -103,6 +104,7 @@ def _lsp_diagnostic(diagnostic: api.Diagnostic, lines: list[str], document: Text
         message=diagnostic.message,
         severity=_SEVERITY[diagnostic.severity],
         code=diagnostic.code,
+        code_description=types.CodeDescription(href=DOCS_URL.format(code=diagnostic.code)),
         source=SOURCE,
         tags=[types.DiagnosticTag.Unnecessary] if diagnostic.code in _UNNECESSARY else None,
     )

@@ -10,15 +10,27 @@ from __future__ import annotations
 import codecs
 import errno
 import io
+import itertools
 import os
+import re
 import tempfile
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
 
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # where Python ends lines (str.splitlines also splits at form feeds)
+
+
 class SourceError(Exception):
-    """A file that cannot be read as Python source; the message says why."""
+    """A file that cannot be read as Python source; the message says why, and the position where
+    (with that line's text) when one byte is to blame."""
+
+    def __init__(self, message: str, line: int = 1, column: int = 1, source_lines: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.line = line
+        self.column = column
+        self.source_lines = source_lines or []
 
 
 @dataclass
@@ -49,16 +61,37 @@ def decode_source(data: bytes, path: Path, display: str) -> SourceFile:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as error:
-        raise SourceError(f"cannot decode: {error}") from None
+        if _is_utf8(b"".join(itertools.islice(io.BytesIO(data), 2))):
+            raise SourceError(f"cannot decode: {error}") from None  # the coding cookie is wrong
+        encoding = "utf-8"  # a byte that is not UTF-8 before any cookie applies: decoding says where
     bom = data.startswith(codecs.BOM_UTF8)
     if encoding == "utf-8-sig":
         encoding = "utf-8"
     body = data[len(codecs.BOM_UTF8):] if bom else data
     try:
         text = body.decode(encoding)
-    except (UnicodeDecodeError, LookupError) as error:
+    except UnicodeDecodeError as error:
+        # The text decodes up to the bad byte: its lines there give the position.
+        before = split_lines(body[:error.start].decode(encoding))
+        line = split_lines(body.decode(encoding, errors="replace"))[len(before) - 1]
+        undecodable = " ".join(f"0x{byte:02x}" for byte in body[error.start:error.end])
+        raise SourceError(f"not valid {encoding}: cannot decode {undecodable}: {error.reason}", len(before), len(before[-1]) + 1, [line]) from None
+    except LookupError as error:
         raise SourceError(f"not valid {encoding}: {error}") from None
     return SourceFile(path=path, display=display, text=text, encoding=encoding, bom=bom)
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of `text` without their endings."""
+    return _LINE_BREAK.split(text)
 
 
 def read_source(path: Path, display: str) -> SourceFile:

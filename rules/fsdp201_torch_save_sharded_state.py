@@ -85,7 +85,7 @@ class TorchSaveShardedState(Rule):
     def _fix(flow, event):
         import libcst as cst
 
-        from fsdplint.fixes import AddImport, Fix, Replace, parse_statements
+        from fsdplint.fixes import AddImport, Fix, Replace, fitted_call, parse_statements
         from fsdplint.rulekit import code, is_simple_statement, local_name, unused_name
 
         statement = event.statement
@@ -100,7 +100,7 @@ class TorchSaveShardedState(Rule):
             return None
         argument = event.node.args[0].value
         calls = [element.value for element in argument.elements] if isinstance(argument, cst.Dict) else [argument]
-        gathers: list[tuple[str, str]] = []  # (variable, expression)
+        gathers: list[tuple[str, str, list[str]]] = []  # (variable, function, arguments)
         helpers: set[str] = {"StateDictOptions"}
         for call in calls:
             if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "state_dict" and not call.args):
@@ -111,16 +111,16 @@ class TorchSaveShardedState(Rule):
                 if receiver == local_name(flow, candidate):
                     flow_ref = candidate
             if flow_ref is None:
-                gathers.append((unused_name(event, f"{receiver.replace('.', '_')}_state_dict"), f"get_model_state_dict({receiver}, {_OPTIONS})"))
+                gathers.append((unused_name(event, f"{receiver.replace('.', '_')}_state_dict"), "get_model_state_dict", [receiver, _OPTIONS]))
                 helpers.add("get_model_state_dict")
                 continue
             optimizer = next(e for e in flow.events if e.binding == flow_ref)
             owners = [local_name(flow, m) for m in optimizer.params_of]
             if len(owners) != 1 or owners[0] is None or len(event.chain) != 1:
                 return None
-            gathers.append((unused_name(event, f"{receiver.replace('.', '_')}_state_dict"), f"get_optimizer_state_dict({owners[0]}, {receiver}, {_OPTIONS})"))
+            gathers.append((unused_name(event, f"{receiver.replace('.', '_')}_state_dict"), "get_optimizer_state_dict", [owners[0], receiver, _OPTIONS]))
             helpers.add("get_optimizer_state_dict")
-        names = [variable for variable, _ in gathers]
+        names = [variable for variable, _, _ in gathers]
         if len(set(names)) != len(names):
             return None
 
@@ -133,7 +133,9 @@ class TorchSaveShardedState(Rule):
             else:
                 first = cst.Name(names[0])
             saved = line.with_changes(body=[line.body[0].with_changes(value=save.with_changes(args=[save.args[0].with_changes(value=first), *save.args[1:]]))], leading_lines=[])
-            gathered = parse_statements(event.file, "".join(f"{variable} = {expression}\n" for variable, expression in gathers))
+            indent = event.file.position(statement).start.column
+            gathered = parse_statements(event.file, "".join(f"{fitted_call(event.file, indent, f'{variable} = {function}', arguments)}\n"
+                                                            for variable, function, arguments in gathers))
             guard = parse_statements(event.file, f"if {rank} == 0:\n    pass\n")[0]
             guard = guard.with_changes(body=guard.body.with_changes(body=[saved]))
             gathered[0] = gathered[0].with_changes(leading_lines=line.leading_lines)

@@ -59,7 +59,30 @@ def test_non_utf8_without_cookie(tmp_path):
     (tmp_path / "latin.py").write_bytes(b'x = "\xe9"\n')
     result = run("latin.py", cwd=tmp_path)
     assert result.returncode == 1
-    assert "latin.py:1:1: FSDP002" in result.stdout
+    assert "latin.py:1:6: FSDP002 not valid utf-8: cannot decode 0xe9" in result.stdout
+
+
+def test_full_output_shows_the_line_a_file_stops_being_read_or_parsed_at(tmp_path):
+    (tmp_path / "latin.py").write_bytes(b'x = 1\r\ny = "caf\xe9"\r\n')
+    (tmp_path / "cp1252.py").write_bytes(b'# coding: cp1252\nx = 1\ny = "\x81"\n')
+    (tmp_path / "syntax.py").write_text("from torch.distributed.fsdp import fully_shard\n\ndef broken(:\n    fully_shard(model)\n")
+    result = subprocess.run([sys.executable, "-m", "fsdplint", "check", "--no-cache", "."], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr
+    blocks = {block.split(":")[0]: block.splitlines() for block in result.stdout.split("\n\n")}
+    assert blocks["latin.py"] == [
+        "latin.py:2:9: FSDP002 [error] not valid utf-8: cannot decode 0xe9: invalid continuation byte",
+        "  |",
+        '2 | y = "caf\ufffd"',
+        "  |         ^ unreadable-file",
+    ]
+    assert blocks["cp1252.py"][0].startswith("cp1252.py:3:6: FSDP002 [error] not valid cp1252: cannot decode 0x81")
+    assert blocks["cp1252.py"][2:] == ['3 | y = "\ufffd"', "  |      ^ unreadable-file"]
+    assert blocks["syntax.py"] == [
+        "syntax.py:3:12: FSDP001 [error] SyntaxError: invalid syntax",
+        "  |",
+        "3 | def broken(:",
+        "  |            ^ invalid-syntax",
+    ]
 
 
 def test_latin1_with_cookie_checked_and_fix_keeps_encoding(tmp_path):

@@ -296,6 +296,47 @@ def test_unsafe_fix_needs_flag(tmp_path):
     assert text.index("fully_shard(model)") < text.index("opt = torch.optim.SGD")
 
 
+def test_fix_keeps_lines_within_88_and_imports_in_sorted_order(tmp_path):
+    save = """\
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+
+model = torch.nn.Linear(2, 2)
+fully_shard(model)
+optimizer = torch.optim.AdamW(model.parameters())
+for path in ["checkpoint.pt"]:
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+"""
+    (tmp_path / "save.py").write_text(save)
+    assert check(tmp_path, "--fix", "--unsafe-fixes", "--select", "FSDP201", "save.py").returncode == 0
+    assert (tmp_path / "save.py").read_text() == """\
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+)
+from torch.distributed.fsdp import fully_shard
+
+model = torch.nn.Linear(2, 2)
+fully_shard(model)
+optimizer = torch.optim.AdamW(model.parameters())
+for path in ["checkpoint.pt"]:
+    model_state_dict = get_model_state_dict(
+        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
+    optimizer_state_dict = get_optimizer_state_dict(
+        model,
+        optimizer,
+        options=StateDictOptions(full_state_dict=True, cpu_offload=True),
+    )
+    if dist.get_rank() == 0:
+        torch.save({"model": model_state_dict, "optimizer": optimizer_state_dict}, path)
+"""
+
+
 # stdin
 
 

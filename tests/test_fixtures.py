@@ -96,6 +96,14 @@ def test_fix(folder: Path):
         assert findings(fixed, folder / "fixed.py") == []
 
 
+@pytest.mark.parametrize("folder", [folder for folder in BAD if (folder / "fixed.py").exists()], ids=case_id)
+def test_fix_keeps_the_lines_it_writes_within_the_files_limit(folder: Path):
+    bad = (folder / "bad.py").read_text()
+    fixed = fix_source(bad, str(folder / "bad.py"), select=[rule_of(folder).code], unsafe_fixes=True)
+    limit = max(88, *map(len, bad.splitlines()))
+    assert [line for line in set(fixed.splitlines()) - set(bad.splitlines()) if len(line) > limit] == []
+
+
 def test_opt_in_rules_need_their_code():
     rule = all_rules().by_code["FSDP501"]
     assert rule.opt_in

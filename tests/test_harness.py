@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -106,6 +107,21 @@ def test_a_hang_is_killed_with_every_rank(tmp_path: Path):
         if running and not zombie:
             left.append(cmdline.parent.name)
     assert not left, f"processes left running: {left}"
+
+
+@needs_torch
+def test_what_a_run_writes_to_the_temp_folder_is_removed(tmp_path: Path):
+    # The checkpoint fixtures save to tempfile.gettempdir(); each run must get a folder of its own.
+    script = tmp_path / "writes_temp.py"
+    script.write_text("import os, tempfile\n"
+                      "path = os.path.join(tempfile.gettempdir(), f\"checkpoint_{os.environ['RANK']}.pt\")\n"
+                      "open(path, 'w').close()\n"
+                      "print('WROTE', path, flush=True)\n")
+    run = harness.run_script(script, tmp_path, "cpu", 2, timeout=60)
+    assert run.returncode == 0, run.output
+    written = [Path(line.split(" ", 1)[1]) for line in run.output.splitlines() if line.startswith("WROTE ")]
+    assert len(written) == 2
+    assert all(path.parent != Path(tempfile.gettempdir()) and not path.parent.exists() for path in written)
 
 
 @needs_torch

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 from test_cli import BAD, CLEAN, UNSAFE, run
+
+from fsdplint.api import fix_source
 
 DATA = Path(__file__).parent / "data"
 SYNTAX_ERROR = "def broken(:\n    fully_shard(model)\n"
@@ -35,6 +38,17 @@ def test_sarif_is_valid_sarif_2_1_0(project):
     rules = document["runs"][0]["tool"]["driver"]["rules"]
     assert {item["ruleId"] for item in results} >= {"FSDP001", "FSDP103", "FSDP104"}
     assert all(rules[item["ruleIndex"]]["id"] == item["ruleId"] for item in results)
+    # Each fix, applied as a SARIF consumer applies it, is the fix `--fix` makes.
+    fixed = {item["ruleId"]: item["fixes"] for item in results if "fixes" in item}
+    assert set(fixed) == {"FSDP103", "FSDP104"}
+    for code, path, text in (("FSDP103", "bad.py", BAD), ("FSDP104", "unsafe.py", UNSAFE)):
+        [fix] = fixed[code]
+        [change] = fix["artifactChanges"]
+        assert change["artifactLocation"]["uri"] == path
+        edits = [(r["deletedRegion"]["startLine"], r["deletedRegion"]["startColumn"], r["deletedRegion"]["endLine"],
+                  r["deletedRegion"]["endColumn"], r["insertedContent"]["text"]) for r in change["replacements"]]
+        assert apply(text, edits) == fix_source(text, path, select=[code], unsafe_fixes=True)
+    assert fixed["FSDP104"][0]["properties"]["applicability"] == "unsafe" and "unsafe" in fixed["FSDP104"][0]["description"]["text"]
 
 
 def test_sarif_without_findings_is_valid(tmp_path):
@@ -44,6 +58,35 @@ def test_sarif_without_findings_is_valid(tmp_path):
     result = run("check", "--output-format", "sarif", ".", cwd=tmp_path)
     assert result.returncode == 0
     jsonschema.validate(json.loads(result.stdout), schema)
+
+
+def apply(text: str, edits: list[tuple[int, int, int, int, str]]) -> str:
+    """`text` with edits (1-based start and exclusive end line:column, new text) applied, as a tool reading them would."""
+    starts = [0, *itertools.accumulate(len(line) for line in text.splitlines(keepends=True))]
+    for line, column, end_line, end_column, content in sorted(edits, reverse=True):
+        start, end = starts[line - 1] + column - 1, starts[end_line - 1] + end_column - 1
+        text = text[:start] + content + text[end:]
+    return text
+
+
+def test_json_fixes_carry_their_edits_also_from_the_cache(project):
+    def findings() -> tuple[list[dict], str]:
+        result = run("check", "--output-format", "json", "-v", ".", cwd=project)
+        assert result.returncode == 1
+        return json.loads(result.stdout), result.stderr
+
+    first, _ = findings()
+    again, verbose = findings()
+    assert "3 served from the cache" in verbose
+    assert again == first
+    fixes = {(item["filename"], item["code"]): item["fix"] for item in first if item["fix"]}
+    assert set(fixes) == {("bad.py", "FSDP103"), ("unsafe.py", "FSDP104")}
+    for (path, code), text in ((("bad.py", "FSDP103"), BAD), (("unsafe.py", "FSDP104"), UNSAFE)):
+        edits = [(e["location"]["row"], e["location"]["column"], e["end_location"]["row"], e["end_location"]["column"], e["content"])
+                 for e in fixes[path, code]["edits"]]
+        assert apply(text, edits) == fix_source(text, path, select=[code], unsafe_fixes=True)
+    assert fixes["bad.py", "FSDP103"]["edits"] == [
+        {"content": "", "location": {"row": 6, "column": 12}, "end_location": {"row": 6, "column": 20}}]  # `.forward` deleted
 
 
 def test_junit_parses_with_one_failed_case_per_finding(project):
@@ -103,6 +146,18 @@ def test_gitlab_fingerprints_survive_moved_lines(project):
     after = {issue["fingerprint"]: issue["location"]["lines"]["begin"] for issue in _gitlab(project, "bad.py")}
     assert set(after) == set(before)
     assert all(after[fingerprint] == line + 2 for fingerprint, line in before.items())
+
+
+def test_gitlab_fingerprint_of_a_file_that_did_not_parse_follows_its_line(project):
+    def fingerprint() -> str:
+        (issue,) = _gitlab(project, "broken.py")
+        return issue["fingerprint"]
+
+    first = fingerprint()
+    (project / "broken.py").write_text("\n" + SYNTAX_ERROR)
+    assert fingerprint() == first  # moved, still the same finding
+    (project / "broken.py").write_text(SYNTAX_ERROR.replace("broken", "other"))
+    assert fingerprint() != first  # another line, another finding
 
 
 def test_gitlab_paths_are_relative_to_the_project(project):

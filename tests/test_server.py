@@ -146,6 +146,7 @@ def test_diagnostics_and_quick_fixes_over_stdio(project: Path, encoding: str):
     published = client.notification("textDocument/publishDiagnostics", uri)
     [diagnostic] = published["diagnostics"]
     assert (diagnostic["code"], diagnostic["source"], diagnostic["severity"]) == ("FSDP103", "fsdplint", 1)
+    assert diagnostic["codeDescription"] == {"href": "https://github.com/fsdplint/fsdplint/blob/main/docs/rules/FSDP103.md"}
     line = FORWARD.splitlines()[5]
     assert diagnostic["range"]["start"] == {"line": 5, "character": units(line[:line.index("model.forward")], encoding)}
     start, end = offset(FORWARD, diagnostic["range"]["start"], encoding), offset(FORWARD, diagnostic["range"]["end"], encoding)

@@ -166,3 +166,24 @@ def test_summary(tmp_path, args, summary):
 def test_full_output_leaves_a_blank_line_before_the_summary(project):
     result = run("check", "bad.py", cwd=project)
     assert "\n\nFound 2 errors.\n[*] 1 fixable with the `--fix` option.\n" in result.stdout
+
+
+def test_full_output_underlines_every_line_of_a_span(tmp_path):
+    call = "model.forward(\n    torch.ones(2),\n\n    torch.ones(2),\n)\n"
+    (tmp_path / "multi.py").write_text(BAD.replace("model.forward(torch.ones(2))\n", call))
+    result = run("check", "--no-cache", "--select", "FSDP103", "multi.py", cwd=tmp_path)
+    assert result.returncode == 1
+    block = result.stdout.split("\n\n")[0].splitlines()
+    assert block[0].startswith("multi.py:6:7: FSDP103")
+    assert block[1:11] == [
+        "   |",
+        " 6 | out = model.forward(",
+        "   |       ^^^^^^^^^^^^^^",
+        " 7 |     torch.ones(2),",
+        "   |     ^^^^^^^^^^^^^^",
+        " 8 |",  # a blank line of the span is not underlined
+        " 9 |     torch.ones(2),",
+        "   |     ^^^^^^^^^^^^^^",
+        "10 | )",
+        "   | ^ forward-bypasses-hooks",
+    ]
