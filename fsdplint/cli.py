@@ -242,7 +242,7 @@ def rule(code: str | None, show_all: bool, output_format: str) -> None:
         return
     found = ruleset.lookup(code)
     if found is None:
-        _fail(f"unknown rule `{code}` (see `fsdplint rule --all`)")
+        _fail(f"unknown rule `{code}` (see `fsdplint rule`)")
     if output_format == "json":
         click.echo(json.dumps({"code": found.code, "name": found.name, "summary": found.summary, "severity": found.severity.value, "fix": found.fix_availability.value, "documentation": found.documentation()}, indent=2))
     else:

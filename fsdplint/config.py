@@ -58,7 +58,8 @@ def _read_toml(path: Path) -> dict:
 
 def _string_list(path: Path, key: str, value: object) -> list[str]:
     if isinstance(value, str):
-        value = [value]
+        # Not taken as a one-item list: `select = "FSDP1"` is more likely a slip than a choice.
+        raise ConfigError(f'{path}: [tool.fsdplint] {key} must be a list of strings: write ["{value}"], not "{value}"')
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise ConfigError(f"{path}: [tool.fsdplint] {key} must be a list of strings, got {value!r}")
     return list(value)
@@ -83,22 +84,34 @@ def load_settings(config_path: Path | None, start: Path) -> Settings:
     per_file = table.get("per-file-ignores", {})
     if not isinstance(per_file, dict):
         raise ConfigError(f"{path}: [tool.fsdplint] per-file-ignores must be a table of pattern = [codes]")
-    settings.per_file_ignores = {pattern: _string_list(path, f"per-file-ignores.{pattern}", codes) for pattern, codes in per_file.items()}
+    settings.per_file_ignores = {pattern: _string_list(path, f'per-file-ignores."{pattern}"', codes) for pattern, codes in per_file.items()}
     return settings
 
 
 def select_rules(ruleset: RuleSet, settings: Settings, select: list[str], extend_select: list[str], ignore: list[str]) -> list[type[Rule]]:
     """The rules to run: `select` (else the configured selection) plus the extensions, less `ignore`."""
+    _check_configured_selectors(ruleset, settings)
     chosen: dict[str, type[Rule]] = {}
     for selector in (select or settings.select) + settings.extend_select + extend_select:
         # A prefix that matches only opt-in rules is known, though it selects none of them.
         if not ruleset.expand(selector, include_opt_in=True):
-            raise ConfigError(f"unknown rule selector `{selector}` (see `fsdplint rule --all`)")
+            raise ConfigError(f"unknown rule selector `{selector}` (see `fsdplint rule`)")
         chosen.update((rule.code, rule) for rule in ruleset.expand(selector))
     for selector in settings.ignore + ignore:
         rules = ruleset.expand(selector, include_opt_in=True)
         if not rules:
-            raise ConfigError(f"unknown rule selector `{selector}` in ignore (see `fsdplint rule --all`)")
+            raise ConfigError(f"unknown rule selector `{selector}` in ignore (see `fsdplint rule`)")
         for rule in rules:
             chosen.pop(rule.code, None)
     return sorted(chosen.values(), key=lambda rule: rule.code)
+
+
+def _check_configured_selectors(ruleset: RuleSet, settings: Settings) -> None:
+    """An unknown selector in pyproject.toml is an error naming the file and key, wherever it is used,
+    even in a key the command line overrides: a typo must never silently turn a rule off."""
+    configured = [("select", settings.select), ("extend-select", settings.extend_select), ("ignore", settings.ignore)]
+    configured += [(f'per-file-ignores."{pattern}"', codes) for pattern, codes in settings.per_file_ignores.items()]
+    for key, selectors in configured:
+        for selector in selectors:
+            if not ruleset.expand(selector, include_opt_in=True):
+                raise ConfigError(f"{settings.config_path}: [tool.fsdplint] {key}: unknown rule selector `{selector}` (see `fsdplint rule`)")

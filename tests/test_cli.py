@@ -468,3 +468,21 @@ def test_force_exclude(project):
 def test_non_python_files_ignored_in_walk(project):
     (project / "notes.txt").write_text("model.forward(x)\n")
     assert "notes.txt" not in check(project, ".").stdout
+
+
+# configuration errors
+
+
+@pytest.mark.parametrize("body, complaint", [
+    ('select = "FSDP1"\n', '[tool.fsdplint] select must be a list of strings: write ["FSDP1"], not "FSDP1"'),
+    ('per-file-ignores = { "tests/*" = "FSDP201" }\n', '[tool.fsdplint] per-file-ignores."tests/*" must be a list of strings'),
+    ('per-file-ignores = { "tests/*" = ["FSDP999"] }\n', '[tool.fsdplint] per-file-ignores."tests/*": unknown rule selector `FSDP999`'),
+    ('select = ["FSDP999"]\n', "[tool.fsdplint] select: unknown rule selector `FSDP999`"),
+])
+def test_config_error_names_the_file_and_key(project, body, complaint):
+    _pyproject(project, body)
+    for args in ([], ["--select", "FSDP103"]):  # a flag that overrides the key does not hide the error
+        result = check(project, *args, ".")
+        assert result.returncode == 2
+        [line] = result.stderr.splitlines()
+        assert line.startswith(f"fsdplint: error: {(project / 'pyproject.toml').resolve()}: {complaint}"), line
