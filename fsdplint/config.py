@@ -27,9 +27,15 @@ class Settings:
     extend_select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)
+    extend_exclude: list[str] = field(default_factory=list)
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
     project_root: Path = field(default_factory=Path.cwd)
     config_path: Path | None = None
+
+    @property
+    def excluded(self) -> list[str]:
+        """Every pattern a walk skips, besides the defaults: `exclude` and `extend-exclude`."""
+        return self.exclude + self.extend_exclude
 
 
 def find_pyproject(start: Path) -> Path | None:
@@ -80,7 +86,8 @@ def load_settings(config_path: Path | None, start: Path) -> Settings:
         settings.select = _string_list(path, "select", table["select"])
     settings.extend_select = _string_list(path, "extend-select", table.get("extend-select", []))
     settings.ignore = _string_list(path, "ignore", table.get("ignore", []))
-    settings.exclude = _string_list(path, "exclude", table.get("exclude", [])) + _string_list(path, "extend-exclude", table.get("extend-exclude", []))
+    settings.exclude = _string_list(path, "exclude", table.get("exclude", []))
+    settings.extend_exclude = _string_list(path, "extend-exclude", table.get("extend-exclude", []))
     per_file = table.get("per-file-ignores", {})
     if not isinstance(per_file, dict):
         raise ConfigError(f"{path}: [tool.fsdplint] per-file-ignores must be a table of pattern = [codes]")
