@@ -7,6 +7,7 @@ or internal error. Problems go to stderr as one line, never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import enum
@@ -103,7 +104,7 @@ def _errors(count: int) -> str:
 @click.option("--show-fixes", is_flag=True, help="Show each fix as a diff under its finding (full format), and list what --fix fixed.")
 @click.option("--statistics", is_flag=True, help="Print the number of findings per rule.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
-@click.option("-q", "--quiet", is_flag=True, help="Print the findings only, no summary.")
+@click.option("-q", "--quiet", is_flag=True, help="Print the findings only: no summary, no progress.")
 @click.option("--exclude", multiple=True, help="Patterns of files and folders to skip, instead of the configured `exclude`.")
 @click.option("--extend-exclude", multiple=True, help="Patterns of files and folders to skip besides `exclude`.")
 @click.option("--force-exclude", is_flag=True, help="Apply `exclude` to files named on the command line too (pre-commit).")
@@ -120,6 +121,7 @@ def check(paths, select, extend_select, ignore, fix, unsafe_fixes, fix_only, exi
     """Check PATHS (files or directories; default: the current directory)."""
     from fsdplint import reporters
     from fsdplint.engine import Engine
+    from fsdplint.progress import ProgressLine
     from fsdplint.registry import all_rules
 
     paths = list(paths) or [Path(".")]
@@ -173,16 +175,19 @@ def check(paths, select, extend_select, ignore, fix, unsafe_fixes, fix_only, exi
         out.write("".join(f"{path}\n" for path in sorted(os.path.abspath(candidate.path) for candidate in candidates)))
         sys.exit(2 if missing else 0)
 
-    engine = Engine(ruleset, selected, settings)
+    # Progress is for a person waiting at a terminal: never in a pipe, a log or with -q.
+    progress = ProgressLine(sys.stderr) if not quiet and sys.stderr.isatty() else None
+    engine = Engine(ruleset, selected, settings, progress=progress.update if progress else None)
     started = time.perf_counter()
-    if add_noqa or fixing or diff or show_fixes or no_cache:  # these need the sources and trees, which the cache does not keep
-        sources, problems = engine.read(candidates, stdin_source)
-        result = engine.check(sources, problems, fix=fixing or diff, unsafe_fixes=unsafe_fixes)
-    else:
-        from fsdplint.cache import Cache
+    with progress or contextlib.nullcontext():
+        if add_noqa or fixing or diff or show_fixes or no_cache:  # these need the sources and trees, which the cache does not keep
+            sources, problems = engine.read(candidates, stdin_source)
+            result = engine.check(sources, problems, fix=fixing or diff, unsafe_fixes=unsafe_fixes)
+        else:
+            from fsdplint.cache import Cache
 
-        cache = Cache(cache_dir or settings.project_root / ".fsdplint_cache", engine.index_key())
-        result = engine.check_cached(candidates, stdin_source, cache)
+            cache = Cache(cache_dir or settings.project_root / ".fsdplint_cache", engine.index_key())
+            result = engine.check_cached(candidates, stdin_source, cache)
     if verbose:
         click.echo(f"fsdplint: {len(candidates) + (stdin_source is not None)} files: {result.files_read} read, {result.files_parsed} parsed, "
                    f"{result.files_cached} served from the cache, in {time.perf_counter() - started:.3f} s", err=True)

@@ -12,7 +12,7 @@ import os
 import traceback
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from fsdplint.cache import Cache, FileFacts, code_fingerprint, content_hash, digest
 from fsdplint.config import Settings
@@ -102,11 +102,13 @@ class Result:
 
 class Engine:
     """`prefilter=False` parses every file into one program: the reference the prefilter is tested against.
-    `line_noqa=False` leaves `# noqa` comments to the caller (flake8 applies its own)."""
+    `line_noqa=False` leaves `# noqa` comments to the caller (flake8 applies its own). `progress` is
+    told (files analyzed, files in all) as an analysis goes."""
 
     def __init__(self, ruleset: RuleSet, selected: list[type[Rule]], settings: Settings, line_noqa: bool = True,
-                 prefilter: bool = True, jobs: int | None = None) -> None:
+                 prefilter: bool = True, jobs: int | None = None, progress: Callable[[int, int], None] | None = None) -> None:
         self.ruleset = ruleset
+        self.progress = progress or (lambda done, total: None)
         self.settings = settings
         self.line_noqa = line_noqa
         self.prefilter = prefilter
@@ -198,7 +200,7 @@ class Engine:
         for unit in missing:
             for display in unit.paths:
                 text_of(display)
-        for unit, found in self._run_units(missing, sources, pool=True):
+        for unit, found in self._run_units(missing, sources, pool=True, total_files=len(facts) + len(problems)):
             cache.save_result(keys[unit], [_to_record(d) for d in found])
             diagnostics += found
         cache.save_index(index)
@@ -237,7 +239,7 @@ class Engine:
     def _analyze(self, sources: dict[str, SourceFile], pool: bool) -> tuple[list[Diagnostic], int]:
         paths = {display: source.path for display, source in sources.items()}
         plan = self._plan(list(sources), lambda display: sources[display].text, {d for d, s in sources.items() if may_hold_our_noqa(s.text)}, paths)
-        diagnostics = [d for _, found in self._run_units(plan.units, sources, pool=pool) for d in found]
+        diagnostics = [d for _, found in self._run_units(plan.units, sources, pool=pool, total_files=len(sources)) for d in found]
         return diagnostics, len(plan.parsed)
 
     def _plan(self, displays: list[str], text_of, noqa_candidates: set[str], paths: dict[str, Path], holds_trigger=None) -> Plan:
@@ -246,8 +248,17 @@ class Engine:
         modules = _ModuleNames()
         return make_plan(sorted(displays), text_of, self.triggers, noqa_candidates, lambda display: modules(paths[display]), holds_trigger)
 
-    def _run_units(self, units: list[Unit], sources: dict[str, SourceFile], pool: bool) -> Iterable[tuple[Unit, list[Diagnostic]]]:
-        """Each unit's diagnostics; in worker processes when there is much to parse and no fix needs the trees."""
+    def _run_units(self, units: list[Unit], sources: dict[str, SourceFile], pool: bool, total_files: int) -> Iterable[tuple[Unit, list[Diagnostic]]]:
+        """Each unit's diagnostics; in worker processes when there is much to parse and no fix needs the trees.
+        Files in no unit here (served from the cache, or holding nothing to analyze) count as analyzed."""
+        done = total_files - sum(len(unit.paths) for unit in units)
+        self.progress(done, total_files)
+        for unit, found in self._analyzed_units(units, sources, pool):
+            yield unit, found
+            done += len(unit.paths)
+            self.progress(done, total_files)
+
+    def _analyzed_units(self, units: list[Unit], sources: dict[str, SourceFile], pool: bool) -> Iterable[tuple[Unit, list[Diagnostic]]]:
         size = sum(len(sources[display].text) for unit in units if unit.parse for display in unit.paths)
         workers = min(self.jobs, sum(unit.parse for unit in units))
         if not pool or workers < 2 or size < POOL_MIN_BYTES:
