@@ -110,7 +110,7 @@ def check_paths(
     from fsdplint.discovery import discover
 
     engine = _engine(select, ignore, config, True)
-    candidates = discover([Path(p) for p in paths], engine.settings.exclude, engine.settings.project_root, force_exclude=False)
+    candidates = discover([Path(p) for p in paths], engine.settings.excluded, engine.settings.project_root, force_exclude=False)
     sources, problems = engine.read(candidates)
     return _public(engine.check(sources, problems).diagnostics)
 

@@ -27,9 +27,15 @@ class Settings:
     extend_select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)
+    extend_exclude: list[str] = field(default_factory=list)
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
     project_root: Path = field(default_factory=Path.cwd)
     config_path: Path | None = None
+
+    @property
+    def excluded(self) -> list[str]:
+        """Every pattern a walk skips, besides the defaults: `exclude` and `extend-exclude`."""
+        return self.exclude + self.extend_exclude
 
 
 def find_pyproject(start: Path) -> Path | None:
@@ -58,7 +64,8 @@ def _read_toml(path: Path) -> dict:
 
 def _string_list(path: Path, key: str, value: object) -> list[str]:
     if isinstance(value, str):
-        value = [value]
+        # Not taken as a one-item list: `select = "FSDP1"` is more likely a slip than a choice.
+        raise ConfigError(f'{path}: [tool.fsdplint] {key} must be a list of strings: write ["{value}"], not "{value}"')
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise ConfigError(f"{path}: [tool.fsdplint] {key} must be a list of strings, got {value!r}")
     return list(value)
@@ -79,26 +86,39 @@ def load_settings(config_path: Path | None, start: Path) -> Settings:
         settings.select = _string_list(path, "select", table["select"])
     settings.extend_select = _string_list(path, "extend-select", table.get("extend-select", []))
     settings.ignore = _string_list(path, "ignore", table.get("ignore", []))
-    settings.exclude = _string_list(path, "exclude", table.get("exclude", [])) + _string_list(path, "extend-exclude", table.get("extend-exclude", []))
+    settings.exclude = _string_list(path, "exclude", table.get("exclude", []))
+    settings.extend_exclude = _string_list(path, "extend-exclude", table.get("extend-exclude", []))
     per_file = table.get("per-file-ignores", {})
     if not isinstance(per_file, dict):
         raise ConfigError(f"{path}: [tool.fsdplint] per-file-ignores must be a table of pattern = [codes]")
-    settings.per_file_ignores = {pattern: _string_list(path, f"per-file-ignores.{pattern}", codes) for pattern, codes in per_file.items()}
+    settings.per_file_ignores = {pattern: _string_list(path, f'per-file-ignores."{pattern}"', codes) for pattern, codes in per_file.items()}
     return settings
 
 
 def select_rules(ruleset: RuleSet, settings: Settings, select: list[str], extend_select: list[str], ignore: list[str]) -> list[type[Rule]]:
     """The rules to run: `select` (else the configured selection) plus the extensions, less `ignore`."""
+    _check_configured_selectors(ruleset, settings)
     chosen: dict[str, type[Rule]] = {}
     for selector in (select or settings.select) + settings.extend_select + extend_select:
         # A prefix that matches only opt-in rules is known, though it selects none of them.
         if not ruleset.expand(selector, include_opt_in=True):
-            raise ConfigError(f"unknown rule selector `{selector}` (see `fsdplint rule --all`)")
+            raise ConfigError(f"unknown rule selector `{selector}` (see `fsdplint rule`)")
         chosen.update((rule.code, rule) for rule in ruleset.expand(selector))
     for selector in settings.ignore + ignore:
         rules = ruleset.expand(selector, include_opt_in=True)
         if not rules:
-            raise ConfigError(f"unknown rule selector `{selector}` in ignore (see `fsdplint rule --all`)")
+            raise ConfigError(f"unknown rule selector `{selector}` in ignore (see `fsdplint rule`)")
         for rule in rules:
             chosen.pop(rule.code, None)
     return sorted(chosen.values(), key=lambda rule: rule.code)
+
+
+def _check_configured_selectors(ruleset: RuleSet, settings: Settings) -> None:
+    """An unknown selector in pyproject.toml is an error naming the file and key, wherever it is used,
+    even in a key the command line overrides: a typo must never silently turn a rule off."""
+    configured = [("select", settings.select), ("extend-select", settings.extend_select), ("ignore", settings.ignore)]
+    configured += [(f'per-file-ignores."{pattern}"', codes) for pattern, codes in settings.per_file_ignores.items()]
+    for key, selectors in configured:
+        for selector in selectors:
+            if not ruleset.expand(selector, include_opt_in=True):
+                raise ConfigError(f"{settings.config_path}: [tool.fsdplint] {key}: unknown rule selector `{selector}` (see `fsdplint rule`)")

@@ -12,7 +12,7 @@ import os
 import traceback
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from fsdplint.cache import Cache, FileFacts, code_fingerprint, content_hash, digest
 from fsdplint.config import Settings
@@ -35,10 +35,16 @@ MAX_PARSE_CHARS = 1_000_000
 # A file (or function) that was not checked is always said; FSDP006 only under -v, as a note.
 ALWAYS_ON = {"FSDP001", "FSDP002", "FSDP006", "FSDP009"}
 NOTE_CODES = {"FSDP006"}  # kept out of the findings: Result.notes
+NOQA_PROBLEMS = {"FSDP003", "FSDP004"}  # reported about `# noqa` comments, so no `# noqa` silences them
 # Below this much source to parse, starting worker processes (each imports libcst) costs more than it
 # saves. Measured on 2 cores: the generated 1M-line corpus parses 157 kB in 102 files, 3.5 s in one
 # process, 2.6 s with two workers.
 POOL_MIN_BYTES = 50_000
+
+
+def takes_noqa(code: str) -> bool:
+    """Whether a `# noqa` on a finding's line suppresses it (what `--add-noqa` may write)."""
+    return code not in ALWAYS_ON and code not in NOQA_PROBLEMS
 
 
 @dataclass(frozen=True)
@@ -108,11 +114,13 @@ class Result:
 
 class Engine:
     """`prefilter=False` parses every file into one program: the reference the prefilter is tested against.
-    `line_noqa=False` leaves `# noqa` comments to the caller (flake8 applies its own)."""
+    `line_noqa=False` leaves `# noqa` comments to the caller (flake8 applies its own). `progress` is
+    told (files analyzed, files in all) as an analysis goes."""
 
     def __init__(self, ruleset: RuleSet, selected: list[type[Rule]], settings: Settings, line_noqa: bool = True,
-                 prefilter: bool = True, jobs: int | None = None) -> None:
+                 prefilter: bool = True, jobs: int | None = None, progress: Callable[[int, int], None] | None = None) -> None:
         self.ruleset = ruleset
+        self.progress = progress or (lambda done, total: None)
         self.settings = settings
         self.line_noqa = line_noqa
         self.prefilter = prefilter
@@ -207,7 +215,7 @@ class Engine:
         for unit in missing:
             for display in unit.paths:
                 text_of(display)
-        for unit, found in self._run_units(missing, sources, pool=True):
+        for unit, found in self._run_units(missing, sources, pool=True, total_files=len(facts) + len(problems)):
             cache.save_result(keys[unit], [_to_record(d) for d in found])
             diagnostics += found
         cache.save_index(index)
@@ -247,7 +255,7 @@ class Engine:
     def _analyze(self, sources: dict[str, SourceFile], pool: bool) -> tuple[list[Diagnostic], int]:
         paths = {display: source.path for display, source in sources.items()}
         plan = self._plan(list(sources), lambda display: sources[display].text, {d for d, s in sources.items() if may_hold_our_noqa(s.text)}, paths)
-        diagnostics = [d for _, found in self._run_units(plan.units, sources, pool=pool) for d in found]
+        diagnostics = [d for _, found in self._run_units(plan.units, sources, pool=pool, total_files=len(sources)) for d in found]
         return diagnostics, len(plan.parsed)
 
     def _plan(self, displays: list[str], text_of, noqa_candidates: set[str], paths: dict[str, Path], is_entry=None) -> Plan:
@@ -256,8 +264,17 @@ class Engine:
         modules = _ModuleNames()
         return make_plan(sorted(displays), text_of, self.triggers, noqa_candidates, lambda display: modules(paths[display]), is_entry)
 
-    def _run_units(self, units: list[Unit], sources: dict[str, SourceFile], pool: bool) -> Iterable[tuple[Unit, list[Diagnostic]]]:
-        """Each unit's diagnostics; in worker processes when there is much to parse and no fix needs the trees."""
+    def _run_units(self, units: list[Unit], sources: dict[str, SourceFile], pool: bool, total_files: int) -> Iterable[tuple[Unit, list[Diagnostic]]]:
+        """Each unit's diagnostics; in worker processes when there is much to parse and no fix needs the trees.
+        Files in no unit here (served from the cache, or holding nothing to analyze) count as analyzed."""
+        done = total_files - sum(len(unit.paths) for unit in units)
+        self.progress(done, total_files)
+        for unit, found in self._analyzed_units(units, sources, pool):
+            yield unit, found
+            done += len(unit.paths)
+            self.progress(done, total_files)
+
+    def _analyzed_units(self, units: list[Unit], sources: dict[str, SourceFile], pool: bool) -> Iterable[tuple[Unit, list[Diagnostic]]]:
         size = sum(len(sources[display].text) for unit in units if unit.parse for display in unit.paths)
         workers = min(self.jobs, sum(unit.parse for unit in units))
         if not pool or workers < 2 or size < POOL_MIN_BYTES:
@@ -451,7 +468,7 @@ class Engine:
             for diagnostic in by_path.get(path, []):
                 if diagnostic.code not in self.selected_codes or diagnostic.code in ignored:
                     continue
-                if diagnostic.code not in ALWAYS_ON and suppressions.suppress(diagnostic.code, diagnostic.line):
+                if takes_noqa(diagnostic.code) and suppressions.suppress(diagnostic.code, diagnostic.line):
                     continue
                 kept.append(diagnostic)
             kept += self._noqa_problems(path, source.text, suppressions, ignored)

@@ -76,3 +76,41 @@ def parse_suppressions(text: str) -> Suppressions:
         if match:
             suppressions.lines[line] = NoqaDirective(line, column + 1 + match.start(), _codes(match.group("codes")))
     return suppressions
+
+
+def add_noqa(text: str, codes_by_line: dict[int, set[str]]) -> tuple[str, int]:
+    """`text` with each line's codes added to its `# noqa` (a new `  # noqa: CODE, ...` at the end of
+    a line without one, as ruff writes it), and how many lines changed.
+
+    A line that ends inside a string or with a `\\` continuation cannot take a comment and is left as
+    it is; so is a file that does not tokenize.
+    """
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return text, 0
+    # Lines as tokenize numbers them: a comment can end a line that ends with a NEWLINE or NL token.
+    open_ends = {token.start[0] for token in tokens if token.type in (tokenize.NEWLINE, tokenize.NL)}
+    comments = {token.start[0]: token for token in tokens if token.type == tokenize.COMMENT}
+    lines = io.StringIO(text).readlines()
+    changed = 0
+    for number, codes in sorted(codes_by_line.items()):
+        if number not in open_ends or number > len(lines):
+            continue
+        line = lines[number - 1]
+        body = line.rstrip("\r\n")
+        ending = line[len(body):]
+        comment = comments.get(number)
+        directive = _LINE_NOQA.search(comment.string) if comment else None
+        if directive and directive.group("codes") is None:
+            continue  # a bare `# noqa` already suppresses every code
+        if directive:
+            missing = sorted(codes - set(_codes(directive.group("codes"))))
+            end = comment.start[1] + directive.end("codes")
+            body = body[:end] + "".join(f", {code}" for code in missing) + body[end:]
+        else:
+            body = body.rstrip(" \t") + f"  # noqa: {', '.join(sorted(codes))}"
+        if body + ending != line:
+            lines[number - 1] = body + ending
+            changed += 1
+    return "".join(lines), changed

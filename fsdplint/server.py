@@ -51,18 +51,26 @@ class FsdplintServer(LanguageServer):
         cached = self.checked.get(uri)
         if cached and cached.version == document.version and cached.text == document.source:
             return cached
-        path, config = _path_and_config(document, self.workspace.root_path)
+        root = self.workspace.root_path
         try:
+            config = _config(document)
+            path = _shown_path(document, config, root)
             found = api.check_source(document.source, path, config=config)
-        except ValueError as error:  # a bad [tool.fsdplint] table: say so, report nothing
-            if str(error) not in self.shown_errors:
-                self.shown_errors.add(str(error))
-                self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=f"fsdplint: {error}"))
-            found = []
+        except ValueError as error:  # an invalid pyproject.toml (the message names it): say so, and check with the defaults
+            self.show_config_error(str(error))
+            config = None
+            path = _shown_path(document, config, root)
+            found = api.check_source(document.source, path)
         lines = _LINE_BREAK.split(document.source)
         diagnostics = [(d, _lsp_diagnostic(d, lines, document)) for d in found]
         self.checked[uri] = _Checked(document.version, document.source, path, config, diagnostics)
         return self.checked[uri]
+
+    def show_config_error(self, message: str) -> None:
+        if message not in self.shown_errors:
+            self.shown_errors.add(message)
+            self.window_show_message(types.ShowMessageParams(
+                type=types.MessageType.Error, message=f"fsdplint: {message}; checking with the default settings until it is fixed"))
 
     def publish(self, uri: str) -> None:
         checked = self.check(uri)
@@ -74,18 +82,29 @@ class FsdplintServer(LanguageServer):
         self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
 
-def _path_and_config(document: TextDocument, root: str | None) -> tuple[str, Path | None]:
-    """The path checks see and the project's config. The path is relative to the config's folder
-    (what `per-file-ignores` patterns match), else to the workspace, as the CLI shows paths."""
-    if not document.path or not document.uri.startswith("file:"):
-        return document.uri, None  # an unsaved buffer: default settings
-    config = api.find_config(document.path)
+def _saved_file(document: TextDocument) -> str | None:
+    """The document's file; None for an unsaved buffer, which gets the default settings."""
+    return document.path if document.path and document.uri.startswith("file:") else None
+
+
+def _config(document: TextDocument) -> Path | None:
+    """The nearest pyproject.toml with a [tool.fsdplint] table (ConfigError when one on the way up
+    is not valid TOML)."""
+    file = _saved_file(document)
+    return api.find_config(file) if file else None
+
+
+def _shown_path(document: TextDocument, config: Path | None, root: str | None) -> str:
+    """The path checks see: relative to the config's folder (what `per-file-ignores` patterns match),
+    else to the workspace, as the CLI shows paths."""
+    file = _saved_file(document)
+    if file is None:
+        return document.uri
     base = config.parent if config else Path(root) if root else None
     try:
-        path = Path(document.path).relative_to(base).as_posix() if base else document.path
+        return Path(file).relative_to(base).as_posix() if base else file
     except ValueError:
-        path = document.path
-    return path, config
+        return file
 
 
 def _lsp_position(position: api.Position, lines: list[str], document: TextDocument) -> types.Position:

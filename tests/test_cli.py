@@ -363,11 +363,30 @@ def test_rule(tmp_path, name):
     assert "FSDP103" in result.stdout and "forward-bypasses-hooks" in result.stdout
 
 
-def test_rule_all(tmp_path):
+def test_rule_all_prints_every_rule_documentation(tmp_path):
+    from fsdplint.registry import all_rules
+    from fsdplint.rule import render_doc
+
+    rules = all_rules().rules
     result = run("rule", "--all", cwd=tmp_path)
     assert result.returncode == 0
-    listed = {line.split()[0] for line in result.stdout.splitlines() if line.strip()}
-    assert {"FSDP001", "FSDP103", "FSDP201"} <= listed
+    assert result.stdout == "\n".join(render_doc(rule) for rule in rules)  # as ruff: each page, a blank line between
+    documents = json.loads(run("rule", "--all", "--output-format", "json", cwd=tmp_path).stdout)
+    assert [(d["code"], d["documentation"]) for d in documents] == [(rule.code, rule.documentation()) for rule in rules]
+    both = run("rule", "FSDP103", "--all", cwd=tmp_path)
+    assert both.returncode == 2 and both.stderr.startswith("fsdplint: error:")
+
+
+def test_rule_table_columns_align(tmp_path):
+    result = run("rule", cwd=tmp_path)
+    assert result.returncode == 0
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == ["code", "name", "severity", "fix", "summary"]
+    starts = [header.index(title) for title in ("name", "severity", "fix", "summary")]
+    assert len(rows) == len({row.split()[0] for row in rows}) > 20
+    for row in rows:
+        for start in starts:  # each cell begins where its title does, after a gap
+            assert row[start - 2:start] == "  " and row[start] != " ", row
 
 
 def test_rule_unknown(tmp_path):
@@ -376,12 +395,33 @@ def test_rule_unknown(tmp_path):
     assert result.stderr.startswith("fsdplint: error:")
 
 
-def test_version(tmp_path):
+@pytest.mark.parametrize("args", [["--version"], ["-V"], ["version"]])
+def test_version(tmp_path, args):
     from fsdplint import __version__
 
-    result = run("--version", cwd=tmp_path)
-    assert result.returncode == 0
-    assert __version__ in result.stdout
+    result = run(*args, cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (0, f"fsdplint {__version__}\n")
+
+
+def test_version_as_json(tmp_path):
+    from fsdplint import __version__
+
+    assert json.loads(run("version", "--output-format", "json", cwd=tmp_path).stdout) == {"version": __version__}
+
+
+@pytest.mark.parametrize("typed, meant", [("chek", "check"), ("verfy", "verify"), ("rules", "rule"), ("migrat", "migrate")])
+def test_mistyped_command_names_the_command(tmp_path, typed, meant):
+    result = run(typed, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"fsdplint: error: `{typed}` is neither a command nor an existing path; did you mean `fsdplint {meant}`?"]
+
+
+def test_a_path_close_to_a_command_is_still_a_path(tmp_path):
+    # A missing file is reported as missing, not as a mistyped command; an existing one is checked.
+    assert "chek.py: no such file or directory" in run("chek.py", cwd=tmp_path).stderr
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "bad.py").write_text(BAD)
+    assert run("rules", cwd=tmp_path).returncode == 1
 
 
 # configuration
@@ -509,3 +549,141 @@ def test_force_exclude(project):
 def test_non_python_files_ignored_in_walk(project):
     (project / "notes.txt").write_text("model.forward(x)\n")
     assert "notes.txt" not in check(project, ".").stdout
+
+
+def test_exclude_and_extend_exclude_on_the_command_line(project):
+    for folder in ("gen", "vendor"):
+        (project / folder).mkdir()
+        (project / folder / "other.py").write_text(BAD)
+    _pyproject(project, 'exclude = ["gen/"]\n')
+
+    def checked(*args: str) -> set[str]:
+        return {line.split(":")[0] for line in check(project, *args, ".").stdout.splitlines() if ": FSDP" in line}
+
+    assert checked() == {"bad.py", "vendor/other.py"}
+    # --exclude replaces the configured `exclude`; --extend-exclude adds to it; both take commas.
+    assert checked("--exclude", "vendor/") == {"bad.py", "gen/other.py"}
+    assert checked("--extend-exclude", "vendor/") == {"bad.py"}
+    assert checked("--exclude", "vendor/,bad.py") == {"gen/other.py"}
+
+
+# what a run would do
+
+
+def test_show_files_lists_the_files_to_check(project):
+    (project / "sub").mkdir()
+    (project / "sub" / "more.py").write_text(CLEAN)
+    (project / "sub" / "notes.txt").write_text("not python\n")
+    (project / "skipped.py").write_text(CLEAN)
+    result = run("check", "--show-files", "--extend-exclude", "skipped.py", ".", cwd=project)
+    assert result.returncode == 0, result.stderr
+    # As ruff: absolute paths, sorted, one a line, and nothing is checked.
+    assert result.stdout.splitlines() == sorted(str(path.resolve()) for path in (project / "bad.py", project / "sub" / "more.py"))
+    (project / "empty").mkdir()
+    empty = run("check", "--show-files", "empty", cwd=project)
+    assert (empty.returncode, empty.stdout) == (0, "")
+    assert "no Python files found" in empty.stderr
+
+
+def test_show_settings(project):
+    _pyproject(project, 'ignore = ["FSDP101"]\nper-file-ignores = { "tests/*" = ["FSDP201"] }\n')
+    result = run("check", "--show-settings", "--select", "FSDP1", "--extend-exclude", "gen/", ".", cwd=project)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:2] == [f'Resolved settings for: "{(project / "bad.py").resolve()}"', f'Settings path: "{(project / "pyproject.toml").resolve()}"']
+    for line in ('select = ["FSDP1"]', 'ignore = ["FSDP101"]', 'extend-exclude = ["gen/"]', 'per-file-ignores = { "tests/*" = ["FSDP201"] }',
+                 '    "FSDP103",  # forward-bypasses-hooks'):
+        assert line in lines, result.stdout
+    assert not any('"FSDP101"' in line for line in lines[lines.index("rules = ["):])  # ignored, so not run
+    assert not any('"FSDP2' in line for line in lines[lines.index("rules = ["):])  # not selected
+    empty = run("check", "--show-settings", "--exclude", "bad.py", ".", cwd=project)
+    assert empty.returncode == 2 and empty.stderr.startswith("fsdplint: error: no Python files found")
+
+
+def test_output_file(project):
+    result = run("check", "--output-format", "json", "--output-file", "reports/fsdplint.json", "bad.py", cwd=project)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert {item["code"] for item in json.loads((project / "reports" / "fsdplint.json").read_text())} == {"FSDP101", "FSDP103"}
+    # The human formats go there with their summary, never colored (the file is read later, elsewhere).
+    result = run("check", "--output-file", "report.txt", "bad.py", cwd=project, env={"FORCE_COLOR": "1"})
+    report = (project / "report.txt").read_text()
+    assert result.stdout == "" and "bad.py:6:7: FSDP103" in report and report.endswith("fixable with the `--fix` option.\n")
+    assert "\x1b[" not in report
+    refused = run("check", "--output-file", "bad.py/report.txt", "bad.py", cwd=project)
+    assert refused.returncode == 2
+    [line] = refused.stderr.splitlines()
+    assert line.startswith("fsdplint: error: bad.py/report.txt: cannot write the report: ")
+
+
+# --add-noqa
+
+
+LATIN1_CRLF = ("# -*- coding: latin-1 -*-\n# café\n" + BAD.replace("torch.ones(2))", "torch.ones(2))  # noqa: E501")).replace("\n", "\r\n").encode("latin-1")
+
+
+def test_add_noqa_suppresses_every_finding(project):
+    (project / "legacy.py").write_bytes(LATIN1_CRLF)
+    result = run("check", "--add-noqa", ".", cwd=project)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "Added 4 noqa directives.\n")
+    assert (project / "bad.py").read_text() == BAD.replace("fully_shard(model)\n", "fully_shard(model)  # noqa: FSDP101\n").replace(
+        "torch.ones(2))\n", "torch.ones(2))  # noqa: FSDP103\n")
+    # Written as --fix writes: its encoding and line endings kept; an existing `# noqa` takes the code.
+    expected = LATIN1_CRLF.replace(b"fully_shard(model)\r\n", b"fully_shard(model)  # noqa: FSDP101\r\n").replace(b"E501", b"E501, FSDP103")
+    assert (project / "legacy.py").read_bytes() == expected
+    after = check(project, ".")
+    assert (after.returncode, codes(after)) == (0, set())
+    again = run("check", "--add-noqa", ".", cwd=project)
+    assert (again.returncode, again.stderr) == (0, "")
+
+
+@pytest.mark.parametrize("args", [["--fix"], ["--fix-only"], ["--diff"], ["-", "--stdin-filename", "train.py"]])
+def test_add_noqa_refuses_what_it_cannot_do(project, args):
+    result = run("check", "--add-noqa", *args, *(["bad.py"] if "-" not in args else []), cwd=project, stdin=BAD)
+    assert result.returncode == 2
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("fsdplint: error: --add-noqa")
+    assert (project / "bad.py").read_text() == BAD
+
+
+# --fix-only and --exit-non-zero-on-fix
+
+
+def test_fix_only_fixes_and_reports_only_that(project):
+    (project / "legacy.py").write_bytes(LATIN1_CRLF.replace(b"  # noqa: E501", b""))
+    result = check(project, "--fix-only", ".")
+    # As ruff: the findings left (FSDP101 has no fix) are not reported, and do not fail the run.
+    assert (result.returncode, result.stdout) == (0, "Fixed 2 errors.\n")
+    assert (project / "bad.py").read_text() == FIXED
+    assert (project / "legacy.py").read_bytes() == LATIN1_CRLF.replace(b"  # noqa: E501", b"").replace(b"model.forward(", b"model(")
+    nothing = check(project, "--fix-only", ".")
+    assert (nothing.returncode, nothing.stdout) == (0, "")
+
+
+@pytest.mark.parametrize("args, status", [
+    (["--fix-only"], 0),
+    (["--fix-only", "--exit-non-zero-on-fix"], 1),
+    (["--fix", "--select", "FSDP103"], 0),  # nothing left
+    (["--fix", "--select", "FSDP103", "--exit-non-zero-on-fix"], 1),  # but a file changed
+    (["--fix", "--select", "FSDP103", "--exit-non-zero-on-fix", "--exit-zero"], 0),
+])
+def test_exit_non_zero_on_fix(project, args, status):
+    assert check(project, *args, "bad.py").returncode == status
+    assert (project / "bad.py").read_text() == FIXED
+    assert check(project, *args, "bad.py").returncode == 0  # nothing more to fix, nothing left
+
+
+# configuration errors
+
+
+@pytest.mark.parametrize("body, complaint", [
+    ('select = "FSDP1"\n', '[tool.fsdplint] select must be a list of strings: write ["FSDP1"], not "FSDP1"'),
+    ('per-file-ignores = { "tests/*" = "FSDP201" }\n', '[tool.fsdplint] per-file-ignores."tests/*" must be a list of strings'),
+    ('per-file-ignores = { "tests/*" = ["FSDP999"] }\n', '[tool.fsdplint] per-file-ignores."tests/*": unknown rule selector `FSDP999`'),
+    ('select = ["FSDP999"]\n', "[tool.fsdplint] select: unknown rule selector `FSDP999`"),
+])
+def test_config_error_names_the_file_and_key(project, body, complaint):
+    _pyproject(project, body)
+    for args in ([], ["--select", "FSDP103"]):  # a flag that overrides the key does not hide the error
+        result = check(project, *args, ".")
+        assert result.returncode == 2
+        [line] = result.stderr.splitlines()
+        assert line.startswith(f"fsdplint: error: {(project / 'pyproject.toml').resolve()}: {complaint}"), line

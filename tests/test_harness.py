@@ -39,13 +39,41 @@ def self_tests(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.fixture
+def rows_on_the_terminal(request, monkeypatch):
+    """Print each row of `fsdplint verify` on pytest's terminal as it finishes, even with -q and
+    captured output: the run of every rule takes minutes, and would otherwise show nothing until it ends."""
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None or capture is None:
+        return
+    verify_all = harness.verify_all
+
+    def say(text: str) -> None:
+        # Resuming pytest's capture sets sys.stdout and sys.stderr back to its own: CliRunner's are restored.
+        streams = sys.stdout, sys.stderr
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(f"[{request.node.name}] {text}")
+        sys.stdout, sys.stderr = streams
+
+    def verify_all_showing_rows(cases, plan, fixtures, timeout, torchrun_args=(), progress=lambda row: None):
+        def show(row):
+            progress(row)
+            say(harness.format_row(row))
+
+        say(f"verifying {len(cases)} case(s) under torchrun; a row as each finishes:")
+        return verify_all(cases, plan, fixtures, timeout, torchrun_args, show)
+
+    monkeypatch.setattr(harness, "verify_all", verify_all_showing_rows)
+
+
 def verify(fixtures: Path, *rules: str, report: Path | None = None):
     args = ["verify", "--device", "cpu", "--fixtures", str(fixtures), *(f"--rule={rule}" for rule in rules)]
     return CliRunner().invoke(main, args + (["--report", str(report)] if report else []))
 
 
 @needs_torch
-def test_a_fix_that_fixes_passes(self_tests: Path, tmp_path: Path):
+def test_a_fix_that_fixes_passes(self_tests: Path, tmp_path: Path, rows_on_the_terminal):
     result = verify(self_tests, "FSDP104", report=tmp_path / "out")
     assert result.exit_code == 0, result.output
     assert "PASS  FSDP104" in result.output and "wrong params_updated" in result.output and "1/1 passed" in result.output
@@ -125,7 +153,7 @@ def test_what_a_run_writes_to_the_temp_folder_is_removed(tmp_path: Path):
 
 
 @needs_torch
-def test_every_rule_verifies_on_cpu():
+def test_every_rule_verifies_on_cpu(rows_on_the_terminal):
     result = CliRunner().invoke(main, ["verify", "--device", "cpu", "--fixtures", str(FIXTURES)])
     assert result.exit_code == 0, result.output
 

@@ -188,12 +188,28 @@ def test_diagnostics_and_quick_fixes_over_stdio(project: Path, encoding: str):
     (project / "sub" / "pyproject.toml").write_text('[tool.fsdplint]\nper-file-ignores = { "scripts/*" = ["FSDP103"] }\n')
     client.notify("textDocument/didOpen", {"textDocument": {"uri": configured.as_uri(), "languageId": "python", "version": 1, "text": FORWARD}})
     assert client.notification("textDocument/publishDiagnostics", configured.as_uri())["diagnostics"] == []
-    broken = project / "broken" / "train.py"
-    broken.parent.mkdir()
-    (project / "broken" / "pyproject.toml").write_text("[tool.fsdplint]\nselect = 3\n")
-    client.notify("textDocument/didOpen", {"textDocument": {"uri": broken.as_uri(), "languageId": "python", "version": 1, "text": FORWARD}})
-    assert client.notification("textDocument/publishDiagnostics", broken.as_uri())["diagnostics"] == []
-    assert "select must be a list of strings" in client.notification("window/showMessage", None)["message"]
+    # An invalid nearest pyproject.toml: one message naming it, and the file is checked with the defaults.
+    for folder, config, complaint in [
+        ("not_a_list", '[tool.fsdplint]\nselect = "FSDP1"\n', '[tool.fsdplint] select must be a list of strings'),
+        ("unknown_code", '[tool.fsdplint]\nper-file-ignores = { "*" = ["FSDP999"] }\n', "unknown rule selector `FSDP999`"),
+        ("not_toml", "[tool.fsdplint\nselect = [\n", "invalid TOML"),
+    ]:
+        broken = project / folder / "train.py"
+        broken.parent.mkdir()
+        (project / folder / "pyproject.toml").write_text(config)
+        client.notify("textDocument/didOpen", {"textDocument": {"uri": broken.as_uri(), "languageId": "python", "version": 1, "text": FORWARD}})
+        assert [d["code"] for d in client.notification("textDocument/publishDiagnostics", broken.as_uri())["diagnostics"]] == ["FSDP103"]
+        message = client.notification("window/showMessage", None)
+        assert message["type"] == 1  # Error
+        assert message["message"].startswith(f"fsdplint: {project / folder / 'pyproject.toml'}: ") and complaint in message["message"]
+        assert message["message"].endswith("; checking with the default settings until it is fixed")
+        actions = client.request("textDocument/codeAction", {"textDocument": {"uri": broken.as_uri()}, "range": {
+            "start": {"line": 5, "character": 0}, "end": {"line": 6, "character": 0}}, "context": {"diagnostics": []}})
+        assert {action["kind"] for action in actions} == {"quickfix", "source.fixAll.fsdplint"}
+    # Shown once, not on every edit.
+    client.notify("textDocument/didChange", {"textDocument": {"uri": broken.as_uri(), "version": 2}, "contentChanges": [{"text": FORWARD + "\n"}]})
+    client.notification("textDocument/publishDiagnostics", broken.as_uri())
+    assert not [m for m in client.notifications if m.get("method") == "window/showMessage"]
     assert client.close() == 0
 
 

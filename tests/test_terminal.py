@@ -30,10 +30,14 @@ out = model.forward(torch.ones(2))
 """
 
 
-def run_in_terminal(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
+# fsdplint, showing its progress line however short the run (a test's runs take less than its delay).
+PROGRESS_AT_ONCE = ("-c", "import sys, fsdplint.progress; fsdplint.progress.DELAY_SECONDS = 0; from fsdplint.cli import main; main(sys.argv[1:])")
+
+
+def run_in_terminal(*args: str, cwd: Path, env: dict[str, str] | None = None, launch: tuple[str, ...] = ("-m", "fsdplint")) -> str:
     """Run fsdplint with a pseudo-terminal as its stdout and stderr; what it printed there."""
     controller, terminal = pty.openpty()
-    process = subprocess.Popen([sys.executable, "-m", "fsdplint", *args], cwd=cwd, stdout=terminal, stderr=terminal, env={**os.environ, "TERM": "xterm", **(env or {})})
+    process = subprocess.Popen([sys.executable, *launch, *args], cwd=cwd, stdout=terminal, stderr=terminal, env={**os.environ, "TERM": "xterm", **(env or {})})
     os.close(terminal)
     chunks = []
     while True:
@@ -187,3 +191,25 @@ def test_full_output_underlines_every_line_of_a_span(tmp_path):
         "10 | )",
         "   | ^ forward-bypasses-hooks",
     ]
+
+
+# progress
+
+
+def test_a_long_check_shows_progress_on_a_terminal(project):
+    (project / "other.py").write_text(BAD)
+    for cache in (["--no-cache"], [], []):  # cold, then every file from the cache
+        shown = run_in_terminal("check", "--output-format", "concise", *cache, ".", cwd=project, launch=PROGRESS_AT_ONCE, env={"NO_COLOR": "1"})
+        line = "\rfsdplint: 2/2 files analyzed"
+        assert line in shown, shown
+        # Erased before the findings, which are printed whole.
+        erased = shown.index(line) + len(line)
+        assert shown[erased:].startswith("\r" + " " * (len(line) - 1) + "\r")
+        assert "bad.py:6:7: FSDP103" in shown and "other.py:6:7: FSDP103" in shown
+
+
+def test_no_progress_when_piped_or_quiet(project):
+    piped = subprocess.run([sys.executable, *PROGRESS_AT_ONCE, "check", "--no-cache", "bad.py"], cwd=project, capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 1 and "files analyzed" not in piped.stderr + piped.stdout
+    quiet = run_in_terminal("check", "--no-cache", "-q", "bad.py", cwd=project, launch=PROGRESS_AT_ONCE)
+    assert "files analyzed" not in quiet and "FSDP103" in quiet
