@@ -255,7 +255,7 @@ def rule(code: str | None, show_all: bool, output_format: str) -> None:
 @click.option("--nproc", type=click.IntRange(min=1), help="Ranks per run (default: 2 on CPU, one per GPU on CUDA).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=180.0, show_default=True, help="Wall-clock limit of one script run, in seconds.")
 @click.option("--report", "report_path", type=click.Path(path_type=Path, dir_okay=False), help="Also write PATH.json and PATH.md.")
-@click.option("--fixtures", type=click.Path(path_type=Path, file_okay=False, exists=True), help="Fixtures folder (default: the checkout's tests/fixtures).")
+@click.option("--fixtures", type=click.Path(path_type=Path, file_okay=False, exists=True), help="Fixtures folder (default: the fixtures installed with fsdplint).")
 @click.option("--torchrun-arg", "torchrun_args", multiple=True, help="Passed to torchrun instead of --standalone, e.g. --torchrun-arg=--nnodes=2 (repeatable).")
 def verify(rules, device, nproc, timeout, report_path, fixtures, torchrun_args) -> None:
     """Run each rule's bad script and fsdplint's fix of it under torchrun (needs the verify extra)."""

@@ -145,12 +145,13 @@ class Report:
 
 
 def default_fixtures() -> Path:
-    """The checkout's tests/fixtures (fsdplint is installed editable from it), else ./tests/fixtures."""
-    for base in (Path(__file__).resolve().parent.parent, Path.cwd()):
-        candidate = base / "tests" / "fixtures"
+    """The fixtures shipped in the package (the build maps tests/fixtures there), else, in an editable
+    install, the checkout's tests/fixtures itself."""
+    package = Path(__file__).resolve().parent
+    for candidate in (package / "fixtures", package.parent / "tests" / "fixtures"):
         if candidate.is_dir():
             return candidate
-    raise VerifyError("no tests/fixtures folder found; pass --fixtures DIR")
+    raise VerifyError(f"no fixtures in {package} (an incomplete install?); reinstall fsdplint or pass --fixtures DIR")
 
 
 def load_cases(fixtures: Path, rules: Iterable[str] = ()) -> list[Case]:
