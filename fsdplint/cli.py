@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from fsdplint import __version__
+from fsdplint import __version__, install_commands
 from fsdplint.config import ConfigError, load_settings, select_rules
 from fsdplint.discovery import DiscoveryError, discover
 from fsdplint.rule import render_doc
@@ -48,6 +48,11 @@ def main() -> None:
 def _fail(message: str) -> None:
     click.echo(f"fsdplint: error: {message}", err=True)
     sys.exit(2)
+
+
+def _install_hint(extra: str) -> str:
+    from_repository, in_checkout = install_commands(extra)
+    return f"{from_repository} (in a checkout of fsdplint: {in_checkout})"
 
 
 def _selectors(values: tuple[str, ...]) -> list[str]:
@@ -262,7 +267,7 @@ def verify(rules, device, nproc, timeout, report_path, fixtures, torchrun_args) 
     try:
         import torch
     except ImportError:
-        _fail("`fsdplint verify` needs torch: pip install 'fsdplint[verify]'")
+        _fail(f"`fsdplint verify` needs torch: {_install_hint('verify')}")
     # Imported here, not at the top: `fsdplint check` must never import torch.
     from fsdplint import harness
 
@@ -290,5 +295,5 @@ def server() -> None:
     except ImportError as error:
         if (error.name or "").split(".")[0] not in ("pygls", "lsprotocol"):
             raise
-        _fail("`fsdplint server` needs pygls: pip install 'fsdplint[lsp]'")
+        _fail(f"`fsdplint server` needs pygls: {_install_hint('lsp')}")
     serve()

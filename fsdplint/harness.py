@@ -37,6 +37,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from fsdplint import install_commands
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
@@ -532,7 +534,7 @@ def markdown(report: Report) -> str:
         "A row marked skipped needs what this machine lacks (CUDA, more GPUs; its `[run]` table says why):",
         "it did not run and is not a pass.",
         "",
-        "To reproduce: `pip install 'fsdplint[verify]'`, then `fsdplint verify` from the checkout",
+        "To reproduce: `{}` (or `{}` in a checkout), then `fsdplint verify`".format(*install_commands("verify")),
         "(`--device cpu|cuda|auto`, `--rule CODE`, `--nproc N`, `--timeout S`; for several nodes,",
         "`--torchrun-arg=--nnodes=2 --torchrun-arg=--rdzv-endpoint=HOST:PORT ...` replaces `--standalone`).",
         "",
