@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("pre_commit", reason="pre-commit is not installed (pip install 'fsdplint[test]')")
+pytest.importorskip("pre_commit", reason="pre-commit is not installed (pip install -e '.[test]')")
 
 REPO = Path(__file__).resolve().parents[1]
 BAD = """\
