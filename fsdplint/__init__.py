@@ -7,3 +7,11 @@ change without notice.
 """
 
 __version__ = "0.1.0"
+
+# fsdplint is not on PyPI yet: it installs from its repository, or editable from a checkout.
+REPOSITORY = "https://github.com/fsdplint/fsdplint"
+
+
+def install_commands(extra: str) -> tuple[str, str]:
+    """The pip commands that install fsdplint with `extra` (verify, lsp): from the repository, and in a checkout."""
+    return f"pip install 'fsdplint[{extra}] @ git+{REPOSITORY}'", f"pip install -e '.[{extra}]'"

@@ -20,7 +20,7 @@ from typing import NoReturn, TextIO
 
 import click
 
-from fsdplint import __version__
+from fsdplint import __version__, install_commands
 from fsdplint.config import ConfigError, load_settings, select_rules
 from fsdplint.discovery import DiscoveryError, discover
 from fsdplint.rule import Rule, render_doc
@@ -78,6 +78,11 @@ def main() -> None:
 def _fail(message: str) -> NoReturn:
     click.echo(f"fsdplint: error: {message}", err=True)
     sys.exit(2)
+
+
+def _install_hint(extra: str) -> str:
+    from_repository, in_checkout = install_commands(extra)
+    return f"{from_repository} (in a checkout of fsdplint: {in_checkout})"
 
 
 def _comma_separated(values: tuple[str, ...]) -> list[str]:
@@ -427,14 +432,14 @@ def version(output_format: str) -> None:
 @click.option("--nproc", type=click.IntRange(min=1), help="Ranks per run (default: 2 on CPU, one per GPU on CUDA).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=180.0, show_default=True, help="Wall-clock limit of one script run, in seconds.")
 @click.option("--report", "report_path", type=click.Path(path_type=Path, dir_okay=False), help="Also write PATH.json and PATH.md.")
-@click.option("--fixtures", type=click.Path(path_type=Path, file_okay=False, exists=True), help="Fixtures folder (default: the checkout's tests/fixtures).")
+@click.option("--fixtures", type=click.Path(path_type=Path, file_okay=False, exists=True), help="Fixtures folder (default: the fixtures installed with fsdplint).")
 @click.option("--torchrun-arg", "torchrun_args", multiple=True, help="Passed to torchrun instead of --standalone, e.g. --torchrun-arg=--nnodes=2 (repeatable).")
 def verify(rules, device, nproc, timeout, report_path, fixtures, torchrun_args) -> None:
     """Run each rule's bad script and fsdplint's fix of it under torchrun (needs the verify extra)."""
     try:
         import torch
     except ImportError:
-        _fail("`fsdplint verify` needs torch: pip install 'fsdplint[verify]'")
+        _fail(f"`fsdplint verify` needs torch: {_install_hint('verify')}")
     # Imported here, not at the top: `fsdplint check` must never import torch.
     from fsdplint import harness
 
@@ -462,5 +467,5 @@ def server() -> None:
     except ImportError as error:
         if (error.name or "").split(".")[0] not in ("pygls", "lsprotocol"):
             raise
-        _fail("`fsdplint server` needs pygls: pip install 'fsdplint[lsp]'")
+        _fail(f"`fsdplint server` needs pygls: {_install_hint('lsp')}")
     serve()

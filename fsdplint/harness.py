@@ -37,6 +37,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from fsdplint import install_commands
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
@@ -145,12 +147,13 @@ class Report:
 
 
 def default_fixtures() -> Path:
-    """The checkout's tests/fixtures (fsdplint is installed editable from it), else ./tests/fixtures."""
-    for base in (Path(__file__).resolve().parent.parent, Path.cwd()):
-        candidate = base / "tests" / "fixtures"
+    """The fixtures shipped in the package (the build maps tests/fixtures there), else, in an editable
+    install, the checkout's tests/fixtures itself."""
+    package = Path(__file__).resolve().parent
+    for candidate in (package / "fixtures", package.parent / "tests" / "fixtures"):
         if candidate.is_dir():
             return candidate
-    raise VerifyError("no tests/fixtures folder found; pass --fixtures DIR")
+    raise VerifyError(f"no fixtures in {package} (an incomplete install?); reinstall fsdplint or pass --fixtures DIR")
 
 
 def load_cases(fixtures: Path, rules: Iterable[str] = ()) -> list[Case]:
@@ -536,7 +539,7 @@ def markdown(report: Report) -> str:
         "A row marked skipped needs what this machine lacks (CUDA, more GPUs; its `[run]` table says why):",
         "it did not run and is not a pass.",
         "",
-        "To reproduce: `pip install 'fsdplint[verify]'`, then `fsdplint verify` from the checkout",
+        "To reproduce: `{}` (or `{}` in a checkout), then `fsdplint verify`".format(*install_commands("verify")),
         "(`--device cpu|cuda|auto`, `--rule CODE`, `--nproc N`, `--timeout S`; for several nodes,",
         "`--torchrun-arg=--nnodes=2 --torchrun-arg=--rdzv-endpoint=HOST:PORT ...` replaces `--standalone`).",
         "",

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_cli import BAD, CLEAN
 
-yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (pip install 'fsdplint[test]')")
+yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (pip install -e '.[test]')")
 
 REPO = Path(__file__).resolve().parents[1]
 ACTION = yaml.safe_load((REPO / "action.yml").read_text())

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_cli import BAD
 
-yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (pip install 'fsdplint[test]')")
+yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (pip install -e '.[test]')")
 
 ROOT = Path(__file__).parent.parent
 BLOCKS = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.+?)```", (ROOT / "docs" / "ci.md").read_text(), re.S)]

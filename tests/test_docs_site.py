@@ -21,7 +21,7 @@ def test_navigation_lists_every_rule():
 
 
 def test_site_builds_in_strict_mode(tmp_path):
-    pytest.importorskip("mkdocs", reason="mkdocs is not installed (pip install 'fsdplint[test]')")
+    pytest.importorskip("mkdocs", reason="mkdocs is not installed (pip install -e '.[test]')")
     site = tmp_path / "site"
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(site)],

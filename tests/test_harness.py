@@ -239,7 +239,9 @@ def test_without_torch_verify_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
     result = CliRunner().invoke(main, ["verify"])
     assert result.exit_code == 2
-    assert "pip install 'fsdplint[verify]'" in result.output
+    # fsdplint is not on PyPI: the hint installs from the repository, or from a checkout.
+    assert "pip install 'fsdplint[verify] @ git+https://github.com/fsdplint/fsdplint'" in result.output
+    assert "pip install -e '.[verify]'" in result.output
 
 
 def test_linting_never_imports_torch(tmp_path: Path):

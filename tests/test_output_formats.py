@@ -26,7 +26,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def test_sarif_is_valid_sarif_2_1_0(project):
-    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed (pip install 'fsdplint[test]')")
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed (pip install -e '.[test]')")
     schema = json.loads((DATA / "sarif-schema-2.1.0.json").read_text())
     result = run("check", "--output-format", "sarif", ".", cwd=project)
     assert result.returncode == 1
@@ -52,7 +52,7 @@ def test_sarif_is_valid_sarif_2_1_0(project):
 
 
 def test_sarif_without_findings_is_valid(tmp_path):
-    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed (pip install 'fsdplint[test]')")
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed (pip install -e '.[test]')")
     schema = json.loads((DATA / "sarif-schema-2.1.0.json").read_text())
     (tmp_path / "clean.py").write_text(CLEAN)
     result = run("check", "--output-format", "sarif", ".", cwd=tmp_path)

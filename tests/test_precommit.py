@@ -2,11 +2,13 @@
 
 try-repo clones this checkout (HEAD plus uncommitted changes to tracked files) and builds the hook
 environment with pip, so this needs the package index; it is slow (one environment per test run).
+`pre-commit autoupdate` pins the README's config to this checkout's HEAD (no index needed).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("pre_commit", reason="pre-commit is not installed (pip install 'fsdplint[test]')")
+pytest.importorskip("pre_commit", reason="pre-commit is not installed (pip install -e '.[test]')")
 
 REPO = Path(__file__).resolve().parents[1]
 BAD = """\
@@ -44,7 +46,7 @@ def _project(tmp_path: Path, files: dict[str, str]) -> Path:
     return project
 
 
-def _try_repo(project: Path, home: Path, hook: str, *files: str) -> subprocess.CompletedProcess:
+def _pre_commit(project: Path, home: Path, *arguments: str) -> subprocess.CompletedProcess:
     env = {
         "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
         "HOME": str(home),
@@ -53,10 +55,11 @@ def _try_repo(project: Path, home: Path, hook: str, *files: str) -> subprocess.C
     for key in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_CONFIG_FILE", "http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "no_proxy", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"):
         if key in os.environ:
             env[key] = os.environ[key]
-    return subprocess.run(
-        [sys.executable, "-m", "pre_commit", "try-repo", str(REPO), hook, "--files", *files],
-        cwd=project, env=env, capture_output=True, text=True, timeout=900,
-    )
+    return subprocess.run([sys.executable, "-m", "pre_commit", *arguments], cwd=project, env=env, capture_output=True, text=True, timeout=900)
+
+
+def _try_repo(project: Path, home: Path, hook: str, *files: str) -> subprocess.CompletedProcess:
+    return _pre_commit(project, home, "try-repo", str(REPO), hook, "--files", *files)
 
 
 @pytest.fixture(autouse=True)
@@ -90,3 +93,17 @@ def test_check_hook_passes_clean_file(tmp_path, home):
     result = _try_repo(project, home, "fsdplint", "clean.py")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Passed" in result.stdout
+
+
+def test_autoupdate_pins_the_readme_config(tmp_path, home):
+    # The README's config, with this checkout for the repository: `pre-commit autoupdate` replaces
+    # `rev: main` with the commit's sha (or the newest tag, once there is one), as the README says.
+    config = re.search(r"```yaml\n(repos:\n.+?)```", (REPO / "README.md").read_text(), re.S).group(1)
+    assert "rev: main" in config
+    project = _project(tmp_path, {".pre-commit-config.yaml": config.replace("https://github.com/fsdplint/fsdplint", str(REPO))})
+    result = _pre_commit(project, home, "autoupdate")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (rev,) = re.findall(r"rev: (\S+)", (project / ".pre-commit-config.yaml").read_text())
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    tags = subprocess.run(["git", "-C", str(REPO), "tag"], capture_output=True, text=True, check=True).stdout.split()
+    assert rev == head or rev in tags

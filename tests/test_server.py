@@ -217,4 +217,6 @@ def test_server_without_pygls_says_how_to_install_it():
     hide_pygls = "import sys; sys.modules['pygls'] = None; from fsdplint.cli import main; main(['server'])"
     result = subprocess.run([sys.executable, "-c", hide_pygls], capture_output=True, text=True, timeout=TIMEOUT)
     assert result.returncode == 2
-    assert "pip install 'fsdplint[lsp]'" in result.stderr and "Traceback" not in result.stderr
+    # fsdplint is not on PyPI: the hint installs from the repository, or from a checkout.
+    assert "pip install 'fsdplint[lsp] @ git+https://github.com/fsdplint/fsdplint'" in result.stderr
+    assert "pip install -e '.[lsp]'" in result.stderr and "Traceback" not in result.stderr
