@@ -8,4 +8,4 @@ have no __init__.py: they are found here, not listed in pyproject.toml, so a new
 from setuptools import find_namespace_packages, setup
 
 fixture_folders = find_namespace_packages("tests/fixtures", exclude=["__pycache__", "*.__pycache__"])
-setup(packages=["fsdplint", "fsdplint.rules", "fsdplint.fixtures", *(f"fsdplint.fixtures.{folder}" for folder in fixture_folders)])
+setup(packages=["fsdplint", "fsdplint.model", "fsdplint.rules", "fsdplint.fixtures", *(f"fsdplint.fixtures.{folder}" for folder in fixture_folders)])

@@ -42,8 +42,10 @@ def code_fingerprint() -> str:
     import fsdplint
     import fsdplint.rules
 
+    package = Path(fsdplint.__file__).parent
     stats = []
-    for folder in (Path(fsdplint.__file__).parent, *map(Path, fsdplint.rules.__path__)):
+    # fsdplint/model/ by its path: importing the package would import libcst, which a run with no FSDP code never needs.
+    for folder in (package, package / "model", *map(Path, fsdplint.rules.__path__)):
         for entry in sorted(os.scandir(folder), key=lambda entry: entry.name):
             if entry.name.endswith(".py"):
                 stat = entry.stat()

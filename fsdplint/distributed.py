@@ -1,7 +1,7 @@
 """The torch.distributed vocabulary the semantic model reads names with: which names hold a rank, which
 conditions only some ranks pass, and which calls every rank of a process group must make.
 
-Pure functions of names and qualified names; the model (fsdplint/model.py) applies them to values and
+Pure functions of names and qualified names; the model (fsdplint/model/) applies them to values and
 events. Nothing here imports torch or libcst.
 """
 

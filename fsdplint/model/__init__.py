@@ -1,0 +1,71 @@
+"""The one semantic model every rule reads.
+
+For each parsed file (`files`): its imports (local name -> qualified name, `names`), its functions and
+classes, and the attributes its classes assign containers to. For the whole run (`program`): one `Flow`
+per function and per module body (`flow`), holding the ordered `Event`s of that function (`events`),
+made by the `walker`, which evaluates each statement into `Value`s (`values`) and follows the calls of
+functions defined in the checked files into them, arguments substituted for parameters, so that
+`shard_model(model)` followed by `build_optimizer(model)` reads as one sequence even across files.
+
+Bindings and paths. Each binding of a name to a new object is a new value (`model#2`), and where paths
+meet, a name bound to different objects on them is a new value again. The arms of a branching
+statement (`if`/`elif`/`else`, `match` cases, `except` handlers, a dispatch table's functions, the rest
+of a block after an arm that returns) are exclusive: events in different arms are never ordered against
+each other (`Event.exclusive`). Loops over known values (literal tuples, `itertools.chain`, ...) visit
+them in order. A flow evaluates at most `FLOW_BUDGET` expressions; past it, its facts are unknown.
+
+Values are tracked as `Ref`s: a root (a local name, made unique per inlined call and per binding) and
+a path of attributes, where `[]` stands for any element (`model.layers[i]`, a loop variable over
+`model.layers`, a module from `model.modules()`). Name resolution is done here from the import
+statements, not with LibCST's ScopeProvider/QualifiedNameProvider, which cost about 0.5 s a file.
+
+Ranks: values know whether they are this process's rank (`Value.rank`, with its `RankScope`) or a
+condition only some ranks pass (`Value.rank_test`, by fsdplint/distributed.py's vocabulary and through
+assignments and the functions of the run); each event knows the rank guards around it across inlined
+calls (`Event.rank_guards`, with `Event.call_sites` for the calls that led there), and
+`Flow.collective` says which events every rank must reach.
+
+The modules, one job each: `names` (qualified names), `values` (refs, values, ranks), `events` (events,
+their kinds, guards and arms), `syntax` (LibCST shapes), `files` (one file's index), `flow` (one
+function's events and the questions rules ask of them), `walker` (statements into events), `program`
+(the run's files and flows, name resolution across files).
+"""
+
+from fsdplint.model.events import (
+    ASSIGN,
+    CALL,
+    CALL_VALUE,
+    ENTER,
+    GUARD_AFTER_EXIT,
+    GUARD_BODY,
+    GUARD_DECORATED,
+    GUARD_ELSE,
+    META,
+    METHOD,
+    OPTIMIZER,
+    SHARD,
+    WRAP,
+    Event,
+    RankGuard,
+)
+from fsdplint.model.files import FileModel, FunctionInfo, build_file_model
+from fsdplint.model.flow import Flow
+from fsdplint.model.names import FSDP1_WRAPPER, FULLY_SHARD, canonical, dotted_name
+from fsdplint.model.program import Program
+from fsdplint.model.values import (
+    GLOBAL_RANK,
+    LOCAL_RANK,
+    SOME_RANK,
+    Rank,
+    RankTest,
+    Ref,
+    Value,
+)
+from fsdplint.model.walker import FLOW_BUDGET
+
+__all__ = [
+    "ASSIGN", "CALL", "CALL_VALUE", "ENTER", "FLOW_BUDGET", "FSDP1_WRAPPER", "FULLY_SHARD", "GLOBAL_RANK", "GUARD_AFTER_EXIT",
+    "GUARD_BODY", "GUARD_DECORATED", "GUARD_ELSE", "LOCAL_RANK", "META", "METHOD", "OPTIMIZER", "SHARD", "SOME_RANK", "WRAP",
+    "Event", "EventKind", "FileModel", "Flow", "FunctionInfo", "GuardBranch", "Program", "Rank", "RankGuard", "RankScope", "RankTest", "Ref", "Value", "build_file_model",
+    "canonical", "dotted_name",
+]

@@ -1,0 +1,200 @@
+"""Events, what a flow is made of: their kinds, the rank guards around them, the exclusive arms they run in."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterator
+
+import libcst as cst
+
+from fsdplint.model.syntax import holds_statement, statements_of, suites_of
+from fsdplint.model.values import Arms, Ref, Value
+
+if TYPE_CHECKING:
+    from fsdplint.model.files import FileModel, FunctionInfo
+
+
+class EventKind(str, enum.Enum):
+    """What an event is."""
+
+    SHARD = "shard"  # fully_shard(target) (FSDP2)
+    WRAP = "wrap"  # FullyShardedDataParallel(target) (FSDP1)
+    OPTIMIZER = "optimizer"  # an optimizer built over the parameters of `params_of`
+    METHOD = "method"  # target.method(...)
+    CALL_VALUE = "call_value"  # target(...): a forward when target is a module
+    CALL = "call"  # a call of something that is not a local value: qname(args)
+    META = "meta"  # target was built on the meta device
+    ASSIGN = "assign"  # `target = ...` where target is an attribute (`model.tok_embeddings = new`)
+    ENTER = "enter"  # a call of a function of this run, whose events follow inlined: qname(args)
+
+
+SHARD, WRAP, OPTIMIZER, METHOD, CALL_VALUE, CALL, META, ASSIGN, ENTER = EventKind
+
+
+class GuardBranch(str, enum.Enum):
+    """Where code under a RankGuard sits."""
+
+    BODY = "body"  # the body of `if <rank test>:`
+    ELSE = "else"  # its `else`/`elif` branch
+    AFTER_EXIT = "after-exit"  # the rest of a block after `if not is_main: return` (or `continue`)
+    DECORATED = "decorated"  # the body of a function decorated `@rank_zero_only`
+
+
+GUARD_BODY, GUARD_ELSE, GUARD_AFTER_EXIT, GUARD_DECORATED = GuardBranch
+
+
+@dataclass(frozen=True, eq=False)
+class RankGuard:
+    """Code under it runs on some ranks only: a branch of an `if` on a rank test, the rest of a block
+    after `if not is_main: return`, or a function decorated `@rank_zero_only`."""
+
+    node: cst.CSTNode  # the `if` statement, or the decorated function
+    branch: GuardBranch
+    file: FileModel
+    chain: tuple[str, ...]  # the functions from the flow's own down to the one holding the guard
+
+    def code(self) -> str:
+        """`if dist.get_rank() == 0:`, the guard as written."""
+        node = self.node
+        if type(node) is cst.If:
+            prefix = "if" if self.branch != GUARD_ELSE else "else of if"
+            return f"{prefix} {self.file.code(node.test).strip()}:"
+        return "@" + ", @".join(self.file.code(d.decorator).strip() for d in node.decorators)
+
+    def condition(self) -> tuple[str, bool]:
+        """What the code under the guard knows: (a test, whether it holds), with `not`, `!=` and the
+        branch folded in, so that `if not is_main:`'s body and `if is_main:`'s else both give
+        `("is_main", False)`, and the rest of a block after `if rank != 0: return` gives `("rank == 0", True)`."""
+        if not type(self.node) is cst.If:
+            return self.code(), True
+        test, holds = self.node.test, self.branch == GUARD_BODY
+        while type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+            test, holds = test.expression, not holds
+        if type(test) is cst.Comparison and len(test.comparisons) == 1 and type(test.comparisons[0].operator) is cst.NotEqual:
+            test, holds = test.with_changes(comparisons=[test.comparisons[0].with_changes(operator=cst.Equal())]), not holds
+        return " ".join(self.file.module.code_for_node(test).split()), holds
+
+
+@dataclass
+class Event:
+    kind: EventKind
+    node: cst.CSTNode
+    file: FileModel
+    statement: cst.CSTNode  # innermost statement holding the node, in its own block
+    parents: tuple[cst.CSTNode, ...]  # compound statements around it, outermost first
+    chain: tuple[str, ...]  # functions inlined from the flow's own function down to the node
+    index: int = -1  # position in its flow's events; -1 for one never emitted
+    targets: tuple[Ref, ...] = ()  # SHARD/WRAP targets, METHOD receiver, CALL_VALUE callee
+    qname: str | None = None
+    method: str | None = None
+    args: tuple[Value, ...] = ()
+    kwargs: dict[str, Value] = field(default_factory=dict)
+    params_of: frozenset[Ref] = frozenset()  # OPTIMIZER
+    binding: Ref | None = None  # what the call's result was assigned to
+    with_item: bool = False  # the call is the context manager of a `with`
+    function: FunctionInfo | None = None  # the function whose body holds the node (None: module level)
+    # The statements around the call sites it was inlined through, outermost first: for each call,
+    # its compound statements and then its own statement.
+    outer: tuple[cst.CSTNode, ...] = ()
+    rank_guards: tuple[RankGuard, ...] = ()  # the guards around the node, across inlined calls, outermost first
+    arms: Arms = ()  # the arm of each branching statement around the node, across inlined calls
+    call_sites: tuple[cst.Call, ...] = ()  # the call that entered each function of `chain` after the first
+    contexts: tuple[Event, ...] = ()  # the `with` items around the node, across inlined calls, outermost first
+
+    def keywords_set_true(self) -> frozenset[str]:
+        """The keyword arguments written as `True` (`StateDictOptions(full_state_dict=True)`)."""
+        if not type(self.node) is cst.Call:
+            return frozenset()
+        return frozenset(arg.keyword.value for arg in self.node.args
+                         if arg.keyword is not None and type(arg.value) is cst.Name and arg.value.value == "True")
+
+    @property
+    def target(self) -> Ref | None:
+        return self.targets[0] if self.targets else None
+
+    def _ifs(self) -> Iterator[tuple[cst.If, cst.CSTNode]]:
+        """Each `if` on the event's path, here or around a call that led to it, outermost first, with
+        the statement (or inlined callee's statement) that comes next on the path."""
+        path = self.outer + self.parents + (self.statement,)
+        for node, inner in zip(path, path[1:]):
+            if type(node) is cst.If:
+                yield node, inner
+
+    def branches(self) -> Iterator[tuple[cst.If, bool]]:
+        """Each `if` the event runs under, here or around a call that led to it, outermost first, and
+        whether the event is in its body (True) or its `else` (False)."""
+        for node, inner in self._ifs():
+            yield node, holds_statement(node.body, inner)
+
+    def branch_of(self, node: cst.If) -> bool | None:
+        """Whether the event runs in the body (True) or the `else:` block (False) of `node`; None when
+        neither: not under it, in an `elif`, or in a call in its test."""
+        for step, inner in self._ifs():
+            if step is node:
+                if holds_statement(node.body, inner):
+                    return True
+                if type(node.orelse) is cst.Else and holds_statement(node.orelse.body, inner):
+                    return False
+        return None
+
+    def conditions(self) -> set[tuple[str, bool]]:
+        """What holds where the event runs, as (test source, truth): the tests of the `if`s around it
+        and the `assert`s before it in the blocks that hold it (`not` folded into the truth)."""
+        facts: set[tuple[str, bool]] = set()
+        path = self.outer + self.parents + (self.statement,)
+
+        def add(test: cst.CSTNode, truth: bool) -> None:
+            while type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+                test, truth = test.expression, not truth
+            # `a and b` true: both true; `a or b` false: both false.
+            if type(test) is cst.BooleanOperation and isinstance(test.operator, cst.And if truth else cst.Or):
+                add(test.left, truth)
+                add(test.right, truth)
+            facts.add((self.file.code(test).strip(), truth))
+
+        for node, in_body in self.branches():
+            add(node.test, in_body)
+        for position, node in enumerate(path[:-1]):
+            inner = path[position + 1]
+            for suite in suites_of(node):
+                statements = statements_of(suite)
+                if any(statement is inner for statement in statements):
+                    for statement in statements[:[id(s) for s in statements].index(id(inner))]:
+                        if type(statement) is cst.SimpleStatementLine:
+                            for small in statement.body:
+                                if type(small) is cst.Assert:
+                                    add(small.test, True)
+        return facts
+
+    def exclusive(self, other: Event) -> bool:
+        """The two sit in different arms of one branching statement (`if`/`elif`/`else`, the rest of a
+        block after `if ...: return`, `match` cases, `except` handlers and `else`, a dispatch table's
+        entries): they never run in one pass, and neither is before the other."""
+        if not self.arms or not other.arms:
+            return False
+        mine = dict(self.arms)
+        return any(mine.get(branching, arm) != arm for branching, arm in other.arms)
+
+    def excludes(self, other: Event) -> bool:
+        """The two never run in one execution: they are `exclusive`, or one needs a test true that the
+        other needs false (`if args.fsdp: model = FSDP(model)` and `assert not args.fsdp; scaler = GradScaler()`)."""
+        if self.exclusive(other):
+            return True
+        mine = self.conditions()
+        return any((test, not truth) in mine for test, truth in other.conditions())
+
+    def arg_refs(self) -> Iterator[Ref]:
+        for value in itertools.chain(self.args, self.kwargs.values()):
+            if value.ref:
+                yield value.ref
+
+    def touches(self, module: Ref) -> bool:
+        """The event acts on `module`: on it or a module in it, on a value of its variable, or on its
+        parameters (`nn.init.trunc_normal_(p)` for `p` in `module.parameters()`)."""
+        return (any(target.is_within(module) for target in self.targets)
+                or any(ref.root == module.root for ref in self.arg_refs())
+                or any(owner.is_within(module) for value in itertools.chain(self.args, self.kwargs.values()) for owner in value.params_of))
+
+

@@ -1,0 +1,147 @@
+"""One parsed file: its imports, functions and classes, indexed in one pass over its statements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.metadata import CodeRange, PositionProvider
+
+from fsdplint.model.names import canonical, dotted_name
+from fsdplint.model.syntax import statements_of, suites_of
+from fsdplint.plan import module_name_for
+from fsdplint.source import SourceFile
+
+
+@dataclass
+class FunctionInfo:
+    file: FileModel
+    node: cst.FunctionDef
+    name: str
+    qualname: str  # `Trainer.save`, `main.inner`
+    params: list[str]
+    class_name: str | None
+    called: bool = False  # some flow in this run calls it (and so inlines it)
+
+
+@dataclass
+class FileModel:
+    source: SourceFile
+    module: cst.Module
+    module_name: str
+    imports: dict[str, str] = field(default_factory=dict)
+    star_imports: list[str] = field(default_factory=list)
+    functions: dict[str, FunctionInfo] = field(default_factory=dict)  # by qualname
+    # `self.X = Y(...)` in any class: the last name of each Y assigned to attribute X
+    attribute_types: dict[str, set[str]] = field(default_factory=dict)
+    _positions: object = None
+
+    @property
+    def display(self) -> str:
+        return self.source.display
+
+    def qualify(self, node: cst.CSTNode) -> str | None:
+        """The canonical qualified name of an imported name or attribute chain, else None."""
+        name = dotted_name(node)
+        if not name:
+            return None
+        head, _, rest = name.partition(".")
+        if head in self.imports:
+            return canonical(self.imports[head] + ("." + rest if rest else ""))
+        for module in self.star_imports:
+            if module.startswith("torch.distributed"):
+                return canonical(f"{module}.{name}")
+        return None
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+    def position(self, node: cst.CSTNode) -> CodeRange:
+        # Positions are resolved only for files that have a finding, by PositionProvider's own codegen
+        # pass: MetadataWrapper.resolve adds a full visit of the tree for batchable providers even when
+        # none is asked for, which doubled the cost of a 1,000-line file's positions.
+        if self._positions is None:
+            provider = PositionProvider()
+            provider._gen_impl(self.module)
+            self._positions = provider._computed
+        return self._positions[node]
+
+
+def build_file_model(source: SourceFile, module: cst.Module) -> FileModel:
+    model = FileModel(source=source, module=module, module_name=module_name_for(source.path))
+    _FileIndexer(model).index(module.body)
+    return model
+
+
+class _FileIndexer:
+    """One pass over a file's statements (never its expressions): imports, functions, classes and
+    the attributes classes assign. LibCST's generic visitor rebuilds every node and costs ~30x more."""
+
+    def __init__(self, model: FileModel) -> None:
+        self.model = model
+        self.scopes: list[tuple[str, str]] = []  # ("class"|"def", name)
+
+    def index(self, statements) -> None:
+        for statement in statements:
+            if type(statement) is cst.SimpleStatementLine:
+                for small in statement.body:
+                    if type(small) is cst.Import:
+                        self.import_(small)
+                    elif type(small) is cst.ImportFrom:
+                        self.import_from(small)
+                    elif type(small) is cst.Assign:
+                        self.assign(small)
+            elif type(statement) is cst.ClassDef:
+                self.scopes.append(("class", statement.name.value))
+                self.index(statements_of(statement.body))
+                self.scopes.pop()
+            elif type(statement) is cst.FunctionDef:
+                self.function(statement)
+                self.scopes.append(("def", statement.name.value))
+                self.index(statements_of(statement.body))
+                self.scopes.pop()
+            else:  # if/for/while/with/try/match: imports and definitions inside them count too
+                for suite in suites_of(statement):
+                    self.index(statements_of(suite))
+
+    def import_(self, node: cst.Import) -> None:
+        for alias in node.names:
+            full = dotted_name(alias.name)
+            if not full:
+                continue
+            if alias.asname and type(alias.asname.name) is cst.Name:
+                self.model.imports[alias.asname.name.value] = full
+            else:
+                head = full.split(".")[0]
+                self.model.imports.setdefault(head, head)
+
+    def import_from(self, node: cst.ImportFrom) -> None:
+        base = dotted_name(node.module) if node.module else ""
+        base = "." * len(node.relative) + (base or "")
+        if type(node.names) is cst.ImportStar:
+            self.model.star_imports.append(canonical(base))
+            return
+        for alias in node.names:
+            name = dotted_name(alias.name)
+            if not name:
+                continue
+            local = alias.asname.name.value if alias.asname and type(alias.asname.name) is cst.Name else name
+            separator = "" if base.endswith(".") else "."
+            self.model.imports[local] = canonical(f"{base}{separator}{name}")
+
+    def function(self, node: cst.FunctionDef) -> None:
+        qualname = ".".join([name for _, name in self.scopes] + [node.name.value])
+        class_name = self.scopes[-1][1] if self.scopes and self.scopes[-1][0] == "class" else None
+        params = [p.name.value for p in (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params)]
+        self.model.functions[qualname] = FunctionInfo(
+            file=self.model, node=node, name=node.name.value, qualname=qualname, params=params, class_name=class_name
+        )
+
+    def assign(self, node: cst.Assign) -> None:
+        if type(node.value) is cst.Call:
+            callee = (dotted_name(node.value.func) or "?").rsplit(".", 1)[-1]
+            for target in node.targets:
+                if type(target.target) is cst.Attribute:
+                    self.model.attribute_types.setdefault(target.target.attr.value, set()).add(callee)
+
+

@@ -1,0 +1,170 @@
+"""A flow: the ordered events of one function (or module body), and the questions rules ask of them."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from typing import TYPE_CHECKING, Iterator
+
+import libcst as cst
+
+from fsdplint import distributed
+from fsdplint.model.events import (
+    CALL,
+    CALL_VALUE,
+    METHOD,
+    SHARD,
+    WRAP,
+    Event,
+    EventKind,
+)
+from fsdplint.model.names import BUILTINS
+from fsdplint.model.values import Ref, Value
+
+if TYPE_CHECKING:
+    from fsdplint.model.files import FileModel, FunctionInfo
+    from fsdplint.model.program import Program
+
+
+class Flow:
+    """The ordered events of one function (or module body), callees inlined."""
+
+    def __init__(self, program: Program, file: FileModel, function: FunctionInfo | None) -> None:
+        self.program = program
+        self.file = file
+        self.function = function
+        self.events: list[Event] = []
+        self.parameter_roots: set[str] = set(function.params) if function else set()
+        self.assigned_roots: set[str] = set()
+        self.optimizer_bindings: set[Ref] = set()
+        self.bindings: dict[Ref, list[Event]] = {}  # variable -> the events whose result was assigned to it
+        self.returned = Value()
+        # root -> qualified name of the call that built it (`torch.nn.Linear`)
+        self.constructed: dict[str, str] = {}
+        # root -> roots of the values it was computed from (`module = get_module(model, path)`)
+        self.derived_from: dict[str, set[str]] = {}
+        self._by_kind: dict[str, list[Event]] = {}  # the events, by kind, up to _indexed
+        self._indexed = 0
+        self.steps = 0  # expressions evaluated, against FLOW_BUDGET
+        self.versions = 0  # bindings that made a new value of a name (`model#3`)
+        self.exhausted = False  # the budget ran out: the flow holds no events
+
+    @property
+    def is_entry(self) -> bool:
+        """No flow of this run calls it: nothing outside it can have shaped its values."""
+        return self.function is None or not self.function.called
+
+    def has_local_provenance(self, ref: Ref) -> bool:
+        """The value was made inside this flow (not a parameter, global or attribute of self)."""
+        return ref.root in self.assigned_roots and ref.root not in self.parameter_roots
+
+    def of_kind(self, *kinds: EventKind) -> Iterator[Event]:
+        """The events of these kinds, in order: rules ask this of every flow, most for a rare kind."""
+        for event in self.events[self._indexed:]:  # emitted since the last call
+            self._by_kind.setdefault(event.kind, []).append(event)
+        self._indexed = len(self.events)
+        lists = [self._by_kind.get(kind, []) for kind in kinds]
+        return iter(lists[0]) if len(lists) == 1 else heapq.merge(*lists, key=lambda event: event.index)
+
+    def shard_events(self, fsdp: int | None = None) -> Iterator[Event]:
+        kinds = {2: (SHARD,), 1: (WRAP,), None: (SHARD, WRAP)}[fsdp]
+        return self.of_kind(*kinds)
+
+    def sharding_of(self, ref: Ref, before: int, fsdp: int | None = 2) -> Event | None:
+        """The last shard event that manages `ref` (it or a module it lives in) before event `before`.
+
+        With `fsdp=1` or `2`, only when every event that manages it is of that FSDP: a module that both
+        `fully_shard` and `FullyShardedDataParallel` reach (`if use_fsdp2: fully_shard(model) else:
+        model = FSDP(model)`) is of neither, since which one runs is not known. Falls back to what
+        other methods of the same class shard on `self`.
+        """
+        at = self.events[before] if before < len(self.events) else None
+        managing = [event for event in itertools.takewhile(lambda event: event.index < before, self.of_kind(SHARD, WRAP))
+                    if any(ref.is_within(target) for target in event.targets) and not (at and event.exclusive(at))]
+        if not managing and ref.root == "self" and self.function and self.function.class_name:
+            managing = [event for event in self.program.class_shards.get((self.file.module_name, self.function.class_name), ())
+                        if any(ref.is_within(target) for target in event.targets)]
+        if fsdp is not None and {event.kind for event in managing} != {SHARD if fsdp == 2 else WRAP}:
+            return None
+        return managing[-1] if managing else None
+
+    def isinstance_known(self, event: Event, ref: Ref, classes: tuple[str, ...]) -> bool | None:
+        """Whether `ref` (or a module holding it) is an instance of one of `classes` (qualified names)
+        where `event` runs, as the `if isinstance(...)` tests around it say: True, False, or None."""
+        tests = {id(e.node): e for e in self.events if e.kind == CALL and e.qname == "isinstance" and len(e.args) == 2}
+        for node, in_body in event.branches():
+            test, holds = node.test, in_body
+            if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+                test, holds = test.expression, not holds
+            check = tests.get(id(test))
+            if check is None or check.args[0].ref is None or not ref.is_within(check.args[0].ref):
+                continue
+            kinds = check.node.args[1].value
+            names = [element.value for element in kinds.elements] if type(kinds) is cst.Tuple else [kinds]
+            if any(self.file.qualify(name) in classes or check.file.qualify(name) in classes for name in names):
+                return holds
+        return None
+
+    def escapes(self, ref: Ref, start: int = 0, end: int | None = None) -> bool:
+        """`ref` was handed to a function this run cannot see, between events `start` and `end`
+        (builtins such as `print` or `isinstance` do not count)."""
+        for event in self.events[start:end]:
+            if event.kind == CALL and not (event.qname or "").startswith("torch.") and event.qname not in BUILTINS:
+                if any(arg.root == ref.root for arg in event.arg_refs()):
+                    return True
+        return False
+
+    def origin(self, value: Value, before: int) -> Event | None:
+        """The event that made `value`: its own, or the last one assigned to its variable before event
+        `before` (`options = StateDictOptions(...)`, `state = torch.load(path)`)."""
+        if value.event is not None:
+            return value.event
+        if value.ref is None:
+            return None
+        # By the index of bindings: scanning the events back cost 90 % of a run on accelerate.
+        at = self.events[before] if before < len(self.events) else None
+        made = [event for event in self.bindings.get(Ref(value.ref.root), ()) if 0 <= event.index < before and not (at and event.exclusive(at))]
+        return max(made, key=lambda event: event.index, default=None)
+
+    def state_dict_options(self, event: Event) -> frozenset[str]:
+        """The `StateDictOptions` fields set to True in the `options=` of a state-dict helper call."""
+        options = event.kwargs.get("options")
+        made_by = self.origin(options, event.index) if options is not None else None
+        if made_by is None or made_by.kind != CALL or not (made_by.qname or "").endswith("StateDictOptions"):
+            return frozenset()
+        return made_by.keywords_set_true()
+
+    def collective(self, event: Event) -> str | None:
+        """The name of the collective `event` is (every rank of the group must reach it), else None.
+
+        Process-group collectives, `dcp.save/load/async_save`, the state-dict helpers with a full state
+        dict, `DTensor.full_tensor()`, FSDP1's `summon_full_params`/`full_optim_state_dict` and its
+        `state_dict()` under FULL_STATE_DICT (its default), `unshard()` and a forward of a sharded module.
+        """
+        if event.kind == CALL and event.qname:
+            name = event.qname.rsplit(".", 1)[-1]
+            if distributed.is_process_group_collective(event.qname) or distributed.is_dcp_collective(event.qname) or distributed.is_fsdp1_collective(event.qname):
+                return name
+            if distributed.is_state_dict_helper(event.qname) and self.state_dict_options(event) & distributed.COLLECTIVE_STATE_DICT_OPTIONS:
+                return name
+            return None
+        if event.kind == METHOD and event.target is not None:
+            if event.method in ("full_tensor", "summon_full_params"):
+                return event.method
+            if event.method == "unshard" and self.sharding_of(event.target, event.index, fsdp=2):
+                return event.method
+            if event.method == "state_dict" and self.sharding_of(event.target, event.index, fsdp=1) and self._fsdp1_full_state_dict(event):
+                return event.method
+            return None
+        if event.kind == CALL_VALUE and event.target is not None and self.sharding_of(event.target, event.index, fsdp=None):
+            return "forward"
+        return None
+
+    def _fsdp1_full_state_dict(self, event: Event) -> bool:
+        """FSDP1's `state_dict()` gathers unless a `state_dict_type` context (or an earlier
+        `set_state_dict_type`) chose a sharded or local state dict."""
+        chosen = [context for context in event.contexts if (context.qname or context.method or "").endswith("state_dict_type")]
+        chosen = chosen or [e for e in self.events[:event.index] if (e.qname or e.method or "").endswith("set_state_dict_type")]
+        return not chosen or "FULL_STATE_DICT" in chosen[-1].file.code(chosen[-1].node)
+
+

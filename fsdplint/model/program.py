@@ -1,0 +1,119 @@
+"""The program: every parsed file of a run, the flows built from them, and name resolution across files."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections import Counter
+from pathlib import Path
+
+import libcst as cst
+
+from fsdplint.model.events import Event
+from fsdplint.model.files import FileModel, FunctionInfo
+from fsdplint.model.flow import Flow
+from fsdplint.model.syntax import bound_names, statements_of
+from fsdplint.model.walker import BudgetExhausted, Walker
+
+
+class Program:
+    """Every parsed file of the run and the flows built from them."""
+
+    def __init__(self, files: list[FileModel]) -> None:
+        self.files = files
+        self._call_ids = itertools.count(1)
+        self.functions_by_name: dict[str, list[FunctionInfo]] = {}
+        self._bound_counts: dict[int, tuple[cst.CSTNode, Counter[str]]] = {}
+        for file in files:
+            for function in file.functions.values():
+                self.functions_by_name.setdefault(function.name, []).append(function)
+        # Functions before module bodies: when two flows report one node, the first (and shortest
+        # "via" chain) is kept.
+        self.flows = [self._build_flow(file, function) for file in files for function in file.functions.values()]
+        self.flows += [self._build_flow(file, None) for file in files]
+        # Modules a class shards on `self` in any of its methods, for its other methods.
+        self.class_shards: dict[tuple[str, str], list[Event]] = {}
+        for flow in self.flows:
+            if flow.function and flow.function.class_name:
+                key = (flow.file.module_name, flow.function.class_name)
+                for event in flow.shard_events():
+                    if any(target.root == "self" for target in event.targets):
+                        self.class_shards.setdefault(key, []).append(event)
+
+    def _build_flow(self, file: FileModel, function: FunctionInfo | None) -> Flow:
+        flow = Flow(self, file, function)
+        walker = Walker(flow, file, function, env={}, prefix="", chain=(function.name,) if function else ("<module>",), depth=0)
+        body = function.node.body if function else file.module
+        try:
+            walker.walk_suite(body, ())
+        except BudgetExhausted:
+            unknown = Flow(self, file, function)
+            unknown.exhausted = True
+            return unknown
+        flow.returned = walker.returned
+        return flow
+
+    @property
+    def exhausted_flows(self) -> list[Flow]:
+        return [flow for flow in self.flows if flow.exhausted]
+
+    def only(self, file: FileModel) -> Program:
+        """This program seen from one file: its flows only (callees from other files stay inlined)."""
+        view = copy.copy(self)
+        view.files = [file]
+        view.flows = [flow for flow in self.flows if flow.file is file]
+        return view
+
+    def next_call_id(self) -> int:
+        return next(self._call_ids)
+
+    def bound_counts(self, file: FileModel, function: FunctionInfo | None) -> Counter[str]:
+        """How many statements of the function (or module) body bind each name, counted once per body."""
+        owner = function.node if function else file.module
+        if id(owner) not in self._bound_counts:
+            body = statements_of(owner.body) if function else list(owner.body)
+            self._bound_counts[id(owner)] = (owner, Counter(bound_names(body)))  # the node kept: its id stays its own
+        return self._bound_counts[id(owner)][1]
+
+    def resolve_function(self, file: FileModel, caller: FunctionInfo | None, call: cst.Call) -> FunctionInfo | None:
+        """The function of this run a call reaches: nested, same class, same file, imported, or unique."""
+        return self.resolve_callable(file, caller, call.func)
+
+    def resolve_callable(self, file: FileModel, caller: FunctionInfo | None, func: cst.CSTNode) -> FunctionInfo | None:
+        """The function of this run a name or attribute refers to, as `resolve_function` finds it."""
+        if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "self":
+            if caller and caller.class_name:
+                return file.functions.get(f"{caller.class_name}.{func.attr.value}")
+            return None
+        if type(func) is cst.Name:
+            name = func.value
+            if caller and f"{caller.qualname}.{name}" in file.functions:
+                return file.functions[f"{caller.qualname}.{name}"]
+            if name in file.functions:
+                return file.functions[name]
+            qualified = file.imports.get(name)
+            if qualified is None:
+                return None
+            return self._lookup_qualified(qualified)
+        qualified = file.qualify(func)
+        return self._lookup_qualified(qualified) if qualified else None
+
+    def _lookup_qualified(self, qualified: str) -> FunctionInfo | None:
+        if qualified.startswith("torch."):
+            return None  # torch's own (`torch.distributed.get_rank`), never a function of the checked files
+        module, _, name = qualified.rpartition(".")
+        candidates = [f for f in self.functions_by_name.get(name, ()) if f.qualname == name]
+        relative = module.startswith(".")
+        module = module.lstrip(".")
+        same_module = [f for f in candidates if module and (f.file.module_name == module or f.file.module_name.endswith("." + module) or module.endswith("." + f.file.module_name) or f.file.module_name.split(".")[-1] == module.split(".")[-1])]
+        if len(same_module) == 1:
+            return same_module[0]
+        if len(candidates) != 1:
+            return None
+        # The only function of that name, re-exported by a package (`from mypkg import f`, defined in
+        # mypkg/core.py): only where the import names one of its folders. `from setuptools import
+        # setup` in setup.py is not fms-fsdp's own `setup()`, which starts a process group.
+        (candidate,) = candidates
+        return candidate if relative or module.split(".")[0] in Path(candidate.file.source.path).resolve().parts else None
+
+

@@ -1,0 +1,165 @@
+"""LibCST shapes the model reads statements and expressions by, without LibCST's costly generic visitors."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from fsdplint.model.names import CONSTANTS, dotted_name
+
+
+def statements_of(suite: cst.CSTNode) -> list[cst.CSTNode]:
+    return list(suite.body) if type(suite) is cst.IndentedBlock else [cst.SimpleStatementLine(suite.body)] if type(suite) is cst.SimpleStatementSuite else []
+
+
+def suites_of(statement: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The blocks of a compound statement, in order."""
+    if type(statement) is cst.If:
+        yield statement.body
+        if type(statement.orelse) is cst.If:
+            yield from suites_of(statement.orelse)
+        elif statement.orelse is not None:
+            yield statement.orelse.body
+    elif type(statement) in (cst.For, cst.While):
+        yield statement.body
+        if statement.orelse is not None:
+            yield statement.orelse.body
+    elif type(statement) is cst.With:
+        yield statement.body
+    elif type(statement) in (cst.Try, cst.TryStar):
+        yield statement.body
+        for handler in statement.handlers:
+            yield handler.body
+        if statement.orelse is not None:
+            yield statement.orelse.body
+        if statement.finalbody is not None:
+            yield statement.finalbody.body
+    elif type(statement) is cst.Match:
+        for case in statement.cases:
+            yield case.body
+
+
+def bound_names(statements) -> Iterator[str]:
+    """Every name the statements bind (assignments, loop targets, `with ... as`), nested blocks
+    included, nested functions and classes not."""
+    def targets(node: cst.CSTNode) -> Iterator[str]:
+        if type(node) is cst.Name:
+            yield node.value
+        elif type(node) in (cst.Tuple, cst.List):
+            for element in node.elements:
+                yield from targets(element.value)
+        elif type(node) is cst.StarredElement:
+            yield from targets(node.value)
+
+    for statement in statements:
+        if type(statement) is cst.SimpleStatementLine:
+            for small in statement.body:
+                if type(small) is cst.Assign:
+                    for target in small.targets:
+                        yield from targets(target.target)
+                elif type(small) in (cst.AnnAssign, cst.AugAssign):
+                    yield from targets(small.target)
+        elif type(statement) in (cst.FunctionDef, cst.ClassDef):
+            continue
+        else:
+            if type(statement) is cst.For:
+                yield from targets(statement.target)
+            if type(statement) is cst.With:
+                for item in statement.items:
+                    if item.asname:
+                        yield from targets(item.asname.name)
+            for suite in suites_of(statement):
+                yield from bound_names(statements_of(suite))
+
+
+def literal_default(function: cst.FunctionDef, name: str) -> str | None:
+    """"None", "True" or "False" when the parameter's default is that literal."""
+    for param in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params):
+        if param.name.value == name and type(param.default) is cst.Name and param.default.value in CONSTANTS:
+            return param.default.value
+    return None
+
+
+def decorator_name(decorator: cst.Decorator) -> str:
+    """`rank_zero_only` for `@rank_zero_only`, `@utils.rank_zero_only` and `@accelerator.on_main_process(...)`."""
+    node = decorator.decorator.func if type(decorator.decorator) is cst.Call else decorator.decorator
+    return (dotted_name(node) or "").rsplit(".", 1)[-1]
+
+
+def falsy_defaults(function: cst.FunctionDef) -> set[str]:
+    """Parameters whose default is `False` or `None`."""
+    params = (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)
+    return {p.name.value for p in params if type(p.default) is cst.Name and p.default.value in ("False", "None")}
+
+
+def exits_block(suite: cst.CSTNode) -> bool:
+    """The block ends in `return`, `raise`, `continue` or `break`: what follows it runs only where its test failed."""
+    body = statements_of(suite)
+    last = body[-1] if body else None
+    return type(last) is cst.SimpleStatementLine and isinstance(last.body[-1], (cst.Return, cst.Raise, cst.Continue, cst.Break))
+
+
+def no_statements() -> None:
+    """An arm with no statements: an `if` without `else`."""
+
+
+def else_arm_exits(node: cst.If) -> bool:
+    """Every path through the `else` (each arm of an `elif` chain) exits the block."""
+    if type(node.orelse) is cst.If:
+        return exits_block(node.orelse.body) and else_arm_exits(node.orelse)
+    return node.orelse is not None and exits_block(node.orelse.body)
+
+
+LITERAL_COLLECTIONS = (cst.Tuple, cst.List, cst.Set)
+
+
+def is_sign_test(target: cst.ComparisonTarget) -> bool:
+    """`>= 0`, `> -1`, `< 0`, `<= -1`: whether a rank is negative, which is the same on every rank."""
+    operator, bound = type(target.operator), target.comparator
+    zero = type(bound) is cst.Integer and bound.value == "0"
+    return operator in (cst.GreaterThanEqual, cst.LessThan) and zero or operator in (cst.GreaterThan, cst.LessThanEqual) and is_minus_one(bound)
+
+
+def is_group_range(node: cst.Comparison) -> bool:
+    """`lo <= rank < hi` with bounds computed, not written: the ranks of a group."""
+    ordering = (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual)
+    bounds = (node.left, node.comparisons[-1].comparator)
+    return (len(node.comparisons) == 2 and all(type(target.operator) in ordering for target in node.comparisons)
+            and not all(type(bound) is cst.Integer for bound in bounds))
+
+
+def holds_statement(suite: cst.BaseSuite, statement: cst.CSTNode) -> bool:
+    """Whether `statement` is one of the block's own statements."""
+    return type(suite) is cst.IndentedBlock and any(s is statement for s in suite.body)
+
+
+def is_minus_one(node: cst.CSTNode) -> bool:
+    return (type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus
+            and type(node.expression) is cst.Integer and node.expression.value == "1")
+
+
+_LEAVES = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis)
+
+
+def subexpressions(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The expressions directly inside `node`, without LibCST's costly generic `children`."""
+    if type(node) in _LEAVES:
+        return []
+    if type(node) in (cst.BinaryOperation, cst.BooleanOperation, cst.ConcatenatedString):
+        return [node.left, node.right]
+    if type(node) is cst.Comparison:
+        return [node.left, *(target.comparator for target in node.comparisons)]
+    if type(node) in (cst.UnaryOperation, cst.Await):
+        return [node.expression]
+    if type(node) is cst.IfExp:
+        return [node.test, node.body, node.orelse]
+    if type(node) is cst.Dict:
+        return [part for element in node.elements for part in ((element.key, element.value) if type(element) is cst.DictElement else (element.value,))]
+    if type(node) is cst.Set:
+        return [element.value for element in node.elements]
+    if type(node) is cst.FormattedString:
+        return [part.expression for part in node.parts if type(part) is cst.FormattedStringExpression]
+    if type(node) in (cst.StarredElement, cst.NamedExpr, cst.Yield, cst.Expr):
+        return [node.value] if node.value is not None else []
+    return [child for child in node.children if isinstance(child, cst.BaseExpression)]

@@ -1,0 +1,115 @@
+"""What the model tracks: references to objects (`Ref`), the values expressions evaluate to (`Value`), ranks and rank tests."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fsdplint.model.events import Event
+    from fsdplint.model.files import FunctionInfo
+
+
+class RankScope(str, enum.Enum):
+    """Which rank a value is."""
+
+    GLOBAL = "global"  # the process's rank among all processes: `RANK`, `dist.get_rank()`
+    LOCAL = "local"  # its rank on its own node: `LOCAL_RANK`, `dist.get_node_local_rank()`
+    SOME = "some"  # a rank only named as one (`self.rank`, `get_rank()` of a library, `NODE_RANK`): which, unknown
+
+
+GLOBAL_RANK, LOCAL_RANK, SOME_RANK = RankScope
+# For each branching statement around a node: ((the inlined call's prefix, id of the statement), which arm).
+Arms = tuple[tuple[tuple[str, int], int], ...]
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A tracked value: `root` is a flow-unique variable, `path` the attributes reached from it."""
+
+    root: str
+    path: tuple[str, ...] = ()
+
+    def child(self, name: str) -> Ref:
+        return Ref(self.root, self.path + (name,))
+
+    @property
+    def name(self) -> str:
+        """The root as its function's code spells it, without the inlined call's prefix (`save@3:`)
+        or the binding's version (`model#2`)."""
+        return self.root.rpartition(":")[2].partition("#")[0]
+
+    @property
+    def variable(self) -> str:
+        """The variable the root is a binding of, whichever binding (`model` for `model#2`)."""
+        return self.root.partition("#")[0]
+
+    @property
+    def is_submodule(self) -> bool:
+        return bool(self.path)
+
+    def is_within(self, other: Ref) -> bool:
+        """True when self is other or reached from it (`[]` matches any one step)."""
+        if self.root != other.root or len(self.path) < len(other.path):
+            return False
+        return all(mine == theirs or "[]" in (mine, theirs) for mine, theirs in zip(self.path, other.path))
+
+
+@dataclass(frozen=True)
+class Rank:
+    """A value that is a process rank (`scope` GLOBAL_RANK, LOCAL_RANK or SOME_RANK), or a string
+    formatted from one when `formatted` (`f"cuda:{rank}"`)."""
+
+    scope: RankScope
+    formatted: bool = False
+    variable: str | None = None  # the environment variable it was read from (`RANK`); None: a call
+
+
+@dataclass
+class Value:
+    """What an expression evaluates to, as far as the model cares."""
+
+    ref: Ref | None = None
+    params_of: frozenset[Ref] = frozenset()  # parameters of these modules flow into the value
+    iterates: Ref | None = None  # iterating the value yields sub-modules of this ref
+    event: Event | None = None  # the event that produced the value
+    elements: tuple[Value, ...] | None = None  # a tuple or list literal, element by element
+    # What iterating the value visits, in order, when known: a literal's elements, `itertools.chain`'s
+    # parts one after the other (an element of an iterable part stands for all of it), `enumerate`,
+    # `reversed`, `zip` of those.
+    visits: tuple[Value, ...] | None = None
+    callees: tuple[FunctionInfo, ...] = ()  # calling the value calls one of these functions of the run
+    table: tuple[FunctionInfo, ...] = ()  # a dispatch table: a dict whose values are these functions
+    rank: Rank | None = None  # the value is (or formats) the process's rank
+    constant: str | None = None  # "None", "True" or "False": a literal passed for a parameter
+    rank_test: RankTest | None = None  # a condition whose outcome depends on the rank
+    always_false: bool = False  # a parameter left at its default `False`/`None`: `if` on it takes no branch
+
+
+@dataclass(frozen=True)
+class RankTest:
+    """A condition that depends on the rank.
+
+    `when_true`: where it is true, it is true on some ranks only (`rank == 0`, `is_main_process`).
+    `when_false`: where it is false, it is false on some ranks only. `rank == 0` is both;
+    `rank == 0 and step % 100 == 0` is only `when_true` (at most steps it is false on every rank).
+    """
+
+    when_true: bool
+    when_false: bool
+
+    def negated(self) -> RankTest:
+        return RankTest(self.when_false, self.when_true)
+
+    @staticmethod
+    def combine(operator: str, left: RankTest | None, right: RankTest | None) -> RankTest | None:
+        """`left and right` / `left or right`; None for a condition every rank sees alike."""
+        left, right = left or RankTest(False, False), right or RankTest(False, False)
+        if operator == "and":
+            combined = RankTest(left.when_true or right.when_true, left.when_false and right.when_false)
+        else:
+            combined = RankTest(left.when_true and right.when_true, left.when_false or right.when_false)
+        return combined if combined.when_true or combined.when_false else None
+
+

@@ -1,0 +1,839 @@
+"""The walker: evaluates one function body statement by statement into its flow's events, following calls."""
+
+from __future__ import annotations
+
+import dataclasses
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+
+import libcst as cst
+
+from fsdplint import distributed
+from fsdplint.model.events import (
+    ASSIGN,
+    CALL,
+    CALL_VALUE,
+    ENTER,
+    GUARD_AFTER_EXIT,
+    GUARD_BODY,
+    GUARD_DECORATED,
+    GUARD_ELSE,
+    META,
+    METHOD,
+    OPTIMIZER,
+    SHARD,
+    WRAP,
+    Event,
+    EventKind,
+    RankGuard,
+)
+from fsdplint.model.files import FileModel, FunctionInfo
+from fsdplint.model.names import (
+    BUILTINS,
+    CONSTANTS,
+    FSDP1_WRAPPER,
+    FULLY_SHARD,
+    dotted_name,
+)
+from fsdplint.model.syntax import (
+    LITERAL_COLLECTIONS,
+    decorator_name,
+    else_arm_exits,
+    exits_block,
+    falsy_defaults,
+    is_group_range,
+    is_minus_one,
+    is_sign_test,
+    literal_default,
+    no_statements,
+    statements_of,
+    subexpressions,
+)
+from fsdplint.model.values import (
+    GLOBAL_RANK,
+    LOCAL_RANK,
+    SOME_RANK,
+    Arms,
+    Rank,
+    RankTest,
+    Ref,
+    Value,
+)
+
+if TYPE_CHECKING:
+    from fsdplint.model.flow import Flow
+
+
+# Builtins that pass an iterable through: iterating `enumerate(model.layers)` iterates the layers.
+_ITERABLE_WRAPPERS = frozenset({"enumerate", "reversed", "list", "sorted", "tuple", "iter", "zip", "filter"})
+# Module methods whose result is the module itself (`model = model.to(device)` keeps its identity).
+_RETURNS_SELF = frozenset({"to", "cuda", "cpu", "to_empty", "train", "eval", "float", "half", "bfloat16", "requires_grad_", "apply"})
+# Module methods whose result iterates sub-modules.
+_ITERATES_SUBMODULES = frozenset({"modules", "children", "named_modules", "named_children", "values", "items"})
+_PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+_COLLECTS = frozenset({"append", "extend", "insert", "add"})  # list and set methods that take in elements
+# Methods whose result no longer holds a shard of the parameters it came from.
+_GATHERS = frozenset({"full_tensor", "to_local", "item", "tolist", "numpy"})
+_MAX_INLINE_DEPTH = 4
+_MAX_UNROLLED = 16  # a loop over at most this many known values is walked once per value
+# Expressions one flow may evaluate, its inlined callees included: past it, the flow's facts are unknown
+# (no events), so that no input makes a run take minutes. The largest flow of accelerate's 1,846
+# evaluates 77k; nearly all evaluate under 5k.
+FLOW_BUDGET = 40_000
+
+_RANK_VARIABLES = {
+    "RANK": GLOBAL_RANK, "SLURM_PROCID": GLOBAL_RANK, "OMPI_COMM_WORLD_RANK": GLOBAL_RANK, "PMI_RANK": GLOBAL_RANK,
+    "LOCAL_RANK": LOCAL_RANK, "SLURM_LOCALID": LOCAL_RANK, "OMPI_COMM_WORLD_LOCAL_RANK": LOCAL_RANK, "MPI_LOCALRANKID": LOCAL_RANK,
+}
+_RANK_CALLS = {"torch.distributed.get_rank": GLOBAL_RANK, "torch.distributed.get_node_local_rank": LOCAL_RANK}
+_ENVIRONMENT_READS = frozenset({"os.environ.get", "os.getenv"})
+_RANK_CONVERSIONS = frozenset({"int", "str"})  # builtins whose result is still the same rank
+
+class BudgetExhausted(Exception):
+    """A flow evaluated more than FLOW_BUDGET expressions."""
+
+
+class Walker:
+    """Walks one function body in textual order, appending events to the flow, inlining callees."""
+
+    def __init__(self, flow: Flow, file: FileModel, function: FunctionInfo | None, env: dict[str, Value], prefix: str, chain: tuple[str, ...], depth: int, stack: tuple[int, ...] = (),
+                 outer: tuple[cst.CSTNode, ...] = (), rank_guards: tuple[RankGuard, ...] = (), call_sites: tuple[cst.Call, ...] = (),
+                 contexts: tuple[Event, ...] = (), arms: Arms = ()) -> None:
+        self.flow = flow
+        self.file = file
+        self.function = function
+        self.env = env  # names and `self.x` chains -> values
+        self.prefix = prefix
+        self.chain = chain
+        self.depth = depth
+        self.stack = stack + ((id(function.node),) if function else ())
+        self.returned = Value()
+        self.meta_depth = 0
+        self.outer = outer  # statements around the call sites that led here (Event.outer)
+        # What holds for every event of this walk, the caller's included (see Event).
+        self.rank_guards = rank_guards
+        self.call_sites = call_sites
+        self.contexts = contexts
+        self.arms = arms
+        self.passes = ""  # the unrolled loop passes the walk is in (`/0/2`), for arm_key
+        # In a decorator's wrapper: the decorated call's arguments, and the function it decorates.
+        self.forwarded: tuple[tuple[Value, ...], dict[str, Value]] | None = None
+        self.forwarded_to: FunctionInfo | None = None
+        if function is not None and any(decorator_name(d) in distributed.MAIN_PROCESS_DECORATORS for d in function.node.decorators):
+            self.rank_guards += (RankGuard(function.node, GUARD_DECORATED, file, chain),)
+
+    @contextmanager
+    def guarded(self, node: cst.CSTNode, branch: str, test: RankTest | None, applies: bool) -> Iterator[None]:
+        """Events emitted inside run under a RankGuard when `test` says the branch is rank-dependent."""
+        saved = self.rank_guards
+        if test is not None and applies:
+            self.rank_guards += (RankGuard(node, branch, self.file, self.chain),)
+        try:
+            yield
+        finally:
+            self.rank_guards = saved
+
+    # statements
+
+    @contextmanager
+    def arm(self, branching: cst.CSTNode, number: int) -> Iterator[None]:
+        """Events emitted inside run in arm `number` of the branching statement (Event.arms)."""
+        saved = self.arms
+        self.arms += ((self.arm_key(branching), number),)
+        try:
+            yield
+        finally:
+            self.arms = saved
+
+    def arm_key(self, branching: cst.CSTNode) -> tuple[str, int]:
+        """One branching statement in one pass: each inlined call and each unrolled loop pass is its own."""
+        return self.prefix + self.passes, id(branching)
+
+    def branches(self, branching: cst.CSTNode, arms: Iterable[tuple[Callable[[], None], bool]]) -> None:
+        """Walks the exclusive arms of `branching` in order, each from the same bindings (each arm a
+        `walk` and whether it exits the block), then joins what the arms that fall through bound."""
+        start, reaching = self.env, []
+        for number, (walk, exits) in enumerate(arms):
+            self.env = dict(start)
+            with self.arm(branching, number):
+                walk()
+            if not exits:
+                reaching.append(self.env)
+        self.env = self.join(reaching) if reaching else start
+
+    def join(self, envs: list[dict[str, Value]]) -> dict[str, Value]:
+        """The bindings where paths meet: a name bound to different objects on the paths (a new
+        `model` built in one arm of an `if`) is a new value there, of which nothing is known."""
+        if len(envs) == 1:
+            return envs[0]
+        joined = dict(envs[-1])
+        for key in set().union(*envs):
+            values = [env[key] for env in envs if key in env]
+            if all(value is values[0] for value in values):
+                joined[key] = values[0]
+                continue
+            refs = {value.ref for value in values}
+            if len(refs) == 1:
+                continue  # the same object on every path (`model = FSDP(model)` in one arm): the last arm's value
+            ranks, tests = {value.rank for value in values}, {value.rank_test for value in values}
+            ref = Ref(self.new_version(key)) if "." not in key else None
+            if ref is None:
+                del joined[key]  # `self.x`: read again as the attribute itself
+                continue
+            joined[key] = Value(ref=ref, rank=ranks.pop() if len(ranks) == 1 else None, rank_test=tests.pop() if len(tests) == 1 else None)
+        return joined
+
+    def new_version(self, name: str) -> str:
+        self.flow.versions += 1
+        return f"{self.prefix}{name}#{self.flow.versions}"
+
+    def walk_suite(self, suite: cst.CSTNode, parents: tuple[cst.CSTNode, ...]) -> None:
+        if type(suite) in (cst.Module, cst.IndentedBlock):
+            saved, saved_arms = self.rank_guards, self.arms
+            for statement in suite.body:
+                test = self.statement(statement, parents)
+                if type(statement) is not cst.If:
+                    continue
+                # `if not is_main: return`: the rest of the block runs where the test is false.
+                if test is not None and test.when_false and statement.orelse is None and exits_block(statement.body):
+                    self.rank_guards += (RankGuard(statement, GUARD_AFTER_EXIT, self.file, self.chain),)
+                # ... and in the `else` arm of that `if` (or its body, when its `else` is what exits)
+                body_exits, else_exits = exits_block(statement.body), else_arm_exits(statement)
+                if body_exits != else_exits:
+                    self.arms += ((self.arm_key(statement), 0 if else_exits else 1),)
+            self.rank_guards, self.arms = saved, saved_arms
+        elif type(suite) is cst.SimpleStatementSuite:
+            # `if x: a(); b()`: the compound statement holds them; `def f(): a()`: the def itself.
+            holder, outer = (parents[-1], parents[:-1]) if parents else (self.function.node, ())
+            for small in suite.body:
+                self.small_statement(small, holder, outer)
+
+    def statement(self, node: cst.CSTNode, parents: tuple[cst.CSTNode, ...]) -> RankTest | None:
+        """Walks one statement; for an `if`, returns its test's dependence on the rank."""
+        inner = parents + (node,)
+        if type(node) is cst.SimpleStatementLine:
+            for small in node.body:
+                self.small_statement(small, node, parents)
+        elif type(node) is cst.If:
+            value = self.expr(node.test, node, parents)
+            truth = False if value.always_false else self.static_truth(node.test)
+            test = value.rank_test
+
+            def body() -> None:
+                with self.guarded(node, GUARD_BODY, test, bool(test and test.when_true)):
+                    self.walk_suite(node.body, inner)
+
+            def orelse() -> None:
+                if node.orelse is None:
+                    return
+                with self.guarded(node, GUARD_ELSE, test, bool(test and test.when_false)):
+                    if type(node.orelse) is cst.If:
+                        self.statement(node.orelse, parents)
+                    else:
+                        self.walk_suite(node.orelse.body, inner)
+
+            # A test known true or false takes one arm; a path that ends in its arm (`return`, `raise`)
+            # brings nothing to what follows.
+            self.branches(node, [(body if truth is not False else no_statements, exits_block(node.body) and truth is not False),
+                                 (orelse if truth is not True else no_statements, else_arm_exits(node) and truth is not True)])
+            return test
+        elif type(node) is cst.For:
+            iterable = self.expr(node.iter, node, parents)
+            if iterable.visits and len(iterable.visits) <= _MAX_UNROLLED:
+                # `for module in (*model.layers, model)`: each value in turn, in order.
+                passes = self.passes
+                for number, visit in enumerate(iterable.visits):
+                    self.passes = f"{passes}/{number}"
+                    self.bind(node.target, visit)
+                    self.walk_suite(node.body, inner)
+                self.passes = passes
+                if node.orelse:
+                    self.walk_suite(node.orelse.body, inner)
+                return None
+            element = self.element_of(iterable)
+            before = self.env
+            self.env = dict(before)
+            self.bind(node.target, element)
+            if element.ref is None and type(node.target) is cst.Name and self.env[node.target.value].ref is not None:
+                # `for module in children_bottom_up(model)[:-1]`: each element comes from `model`.
+                self.flow.derived_from[self.env[node.target.value].ref.root] = self.roots_read(node.iter)
+            self.walk_suite(node.body, inner)
+            self.env = self.join([before, self.env])  # the body may run no time
+            if node.orelse:
+                self.walk_suite(node.orelse.body, inner)
+        elif type(node) is cst.While:
+            self.expr(node.test, node, parents)
+            before = self.env
+            self.env = dict(before)
+            self.walk_suite(node.body, inner)
+            self.env = self.join([before, self.env])
+        elif type(node) is cst.With:
+            meta = 0
+            saved_contexts = self.contexts
+            for item in node.items:
+                value = self.expr(item.item, node, parents, with_item=True)
+                meta += self.is_meta_device(item.item)
+                if value.event is not None:
+                    self.contexts += (value.event,)
+                if item.asname:
+                    self.bind(item.asname.name, value)
+            self.meta_depth += meta
+            self.walk_suite(node.body, inner)
+            self.meta_depth -= meta
+            self.contexts = saved_contexts
+        elif type(node) in (cst.Try, cst.TryStar):
+            # A handler runs after part of the body: it is no arm apart from the body, only from the
+            # other handlers and the `else`.
+            self.walk_suite(node.body, inner)
+            arms = [(lambda handler=handler: self.walk_suite(handler.body, inner), exits_block(handler.body)) for handler in node.handlers]
+            self.branches(node, arms + [(lambda: self.walk_suite(node.orelse.body, inner) if node.orelse else None, False)])
+            if node.finalbody:
+                self.walk_suite(node.finalbody.body, inner)
+        elif type(node) is cst.Match:
+            self.expr(node.subject, node, parents)
+            # Without a catch-all case, no case may match: a last arm that does nothing.
+            self.branches(node, [(lambda case=case: self.walk_suite(case.body, inner), exits_block(case.body)) for case in node.cases] + [(no_statements, False)])
+
+    def static_truth(self, test: cst.CSTNode) -> bool | None:
+        """The value of an `if` test on a name known to hold a literal (a parameter the call passed
+        `scaler=None` for, or `scaler = None` assigned once): `if scaler is not None:` is dead."""
+        if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+            inner = self.static_truth(test.expression)
+            return None if inner is None else not inner
+        if type(test) is cst.Comparison and len(test.comparisons) == 1:
+            comparison = test.comparisons[0]
+            if type(comparison.comparator) is cst.Name and comparison.comparator.value == "None":
+                known = self.parameter_constant(test.left)
+                if known is not None and type(comparison.operator) in (cst.Is, cst.IsNot):
+                    return (known == "None") == type(comparison.operator) is cst.Is
+            return None
+        known = self.parameter_constant(test)
+        return None if known is None else known == "True"
+
+    def parameter_constant(self, node: cst.CSTNode) -> str | None:
+        """The literal a parameter was passed, or a name assigned once was given."""
+        if not type(node) is cst.Name:
+            return None
+        value = self.env.get(node.value)
+        return value.constant if value is not None else None
+
+    def assigned_once(self, name: str) -> bool:
+        """Whether the function (or module) body binds `name` in one statement only."""
+        return self.flow.program.bound_counts(self.file, self.function)[name] == 1
+
+    def small_statement(self, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple[cst.CSTNode, ...]) -> None:
+        if type(node) is cst.Expr:
+            self.expr(node.value, statement, parents)
+        elif type(node) is cst.Assign:
+            value = self.expr(node.value, statement, parents)
+            for target in node.targets:
+                self.bind(target.target, value, statement, parents, node.value)
+        elif type(node) is cst.AnnAssign and node.value is not None:
+            self.bind(node.target, self.expr(node.value, statement, parents), statement, parents, node.value)
+        elif type(node) is cst.AugAssign:
+            self.expr(node.value, statement, parents)
+        elif type(node) is cst.Return and node.value is not None:
+            self.returned = self.expr(node.value, statement, parents)
+        elif type(node) in (cst.Raise, cst.Assert):
+            for child in node.children:
+                self.expr(child, statement, parents)
+
+    def bind(self, target: cst.CSTNode, value: Value, statement: cst.CSTNode | None = None, parents: tuple = (),
+             source: cst.CSTNode | None = None) -> None:
+        """Binds `target` to `value`, the result of expression `source` when an assignment's."""
+        if type(target) in (cst.Tuple, cst.List):
+            elements = [element.value for element in target.elements]
+            if value.elements is not None and len(value.elements) == len(elements):
+                for element, element_value in zip(elements, value.elements):
+                    self.bind(element, element_value, statement, parents, source)
+                return
+            # `for name, module in ...` / `for i, layer in enumerate(...)`: the last name is the element.
+            for position, element in enumerate(elements):
+                last = position == len(elements) - 1
+                self.bind(element, value if last and (value.ref or value.params_of) else Value(), statement, parents, source)
+            return
+        if type(target) in (cst.Attribute, cst.Subscript) and statement is not None:
+            assigned = self.ref_of(target)
+            if assigned is not None:  # `model.tok_embeddings = new`: a sub-module replaced
+                self.emit(ASSIGN, target, statement, parents, targets=(assigned,))
+        key = dotted_name(target)
+        if key is None:
+            return
+        if value.ref is not None:
+            bound = value
+        else:
+            root = None
+            if type(target) is cst.Name:
+                root = self.new_version(key) if self.rebinds(key, source) else self.prefix + key
+            ref = Ref(root) if root else self.ref_of(target)
+            if root:
+                self.flow.assigned_roots.add(root)
+                self.record_origin(root, value.event)
+            # A literal kept only for a name assigned once: another assignment, later in a loop, could
+            # change it before a test that comes earlier in the text.
+            constant = value.constant if root and value.constant and self.assigned_once(key) else None
+            bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, elements=value.elements, rank=value.rank,
+                          constant=constant, rank_test=value.rank_test, visits=value.visits, callees=value.callees, table=value.table)
+        self.env[key] = bound
+        if value.event is not None and value.event.binding is None:
+            value.event.binding = bound.ref
+            self.flow.bindings.setdefault(bound.ref, []).append(value.event)
+            if value.event.kind in (SHARD, WRAP) and not value.event.targets and bound.ref:
+                value.event.targets = (bound.ref,)  # `model = FSDP(Model(...))`: the wrapped module is the result
+                if value.event.args and not bound.ref.path:
+                    self.record_origin(bound.ref.root, value.event.args[0].event)
+            if value.event.kind == OPTIMIZER and bound.ref:
+                self.flow.optimizer_bindings.add(bound.ref)
+        if statement is not None and bound.ref is not None and (self.meta_depth or value.event and value.event.kind == META):
+            self.emit(META, target, statement, parents, targets=(bound.ref,))
+
+    def rebinds(self, name: str, source: cst.CSTNode | None) -> bool:
+        """Whether binding `name` makes a new object of it: it was bound before (or is a parameter) and
+        the new value is not computed from the old (`model = nn.Sequential(...)`, not `model = wrap(model)`)."""
+        previous = self.env.get(name)
+        if previous is None:
+            return self.depth == 0 and self.function is not None and name in self.function.params
+        return previous.ref is None or source is None or previous.ref.root not in self.roots_read(source)
+
+    def record_origin(self, root: str, event: Event | None) -> None:
+        if event is None or event.kind not in (CALL, METHOD, CALL_VALUE):
+            return
+        if event.kind == CALL and event.qname in ("copy.deepcopy", "copy.copy") and event.args and event.args[0].ref:
+            # A copy is built by what built the original.
+            built_by = self.flow.constructed.get(event.args[0].ref.root)
+            if built_by:
+                self.flow.constructed[root] = built_by
+        elif event.kind == CALL and event.qname:
+            self.flow.constructed[root] = event.qname
+        # `get_module(model, path)`, `model.get_submodule(path)`; and, for a call written here (not one
+        # returned by an inlined function, whose names are the callee's), `getattr(model, "embed")()`.
+        sources = {ref.root for ref in event.arg_refs()} | ({event.target.root} if event.kind == METHOD and event.target else set())
+        if event.chain == self.chain:
+            sources |= self.roots_read(event.node) - {root}
+        if sources:
+            self.flow.derived_from[root] = sources
+
+    # expressions
+
+    def roots_read(self, node: cst.CSTNode) -> set[str]:
+        """The roots of the tracked values an expression reads, without evaluating it again."""
+        roots: set[str] = set()
+        pending = [node]
+        while pending:
+            node = pending.pop()
+            if type(node) in (cst.Name, cst.Attribute):
+                ref = self.ref_of(node)
+                if ref is not None:
+                    roots.add(ref.root)
+                elif type(node) is cst.Attribute:
+                    pending.append(node.value)
+            elif type(node) is cst.Call:
+                pending += [node.func, *(arg.value for arg in node.args)]
+            elif type(node) is cst.Subscript:
+                pending.append(node.value)
+            elif not type(node) in (cst.Lambda, cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
+                pending += subexpressions(node)
+        return roots
+
+    def ref_of(self, node: cst.CSTNode) -> Ref | None:
+        key = dotted_name(node)
+        if key is not None and key in self.env:
+            return self.env[key].ref
+        if type(node) is cst.Name:
+            name = node.value
+            if name in self.file.imports or name in BUILTINS or name in self.file.functions:
+                return None
+            return Ref(self.prefix + name)
+        if type(node) is cst.Attribute:
+            base = self.ref_of(node.value)
+            return base.child(node.attr.value) if base else None
+        if type(node) is cst.Subscript:
+            base = self.ref_of(node.value)
+            return base.child("[]") if base else None
+        return None
+
+    def element_of(self, iterable: Value) -> Value:
+        """An element of what `iterable` iterates: a sub-module, or a parameter of the modules whose
+        parameters it holds (`p` in `model.parameters()`)."""
+        source = iterable.iterates or iterable.ref
+        return Value(ref=source.child("[]") if source else None, params_of=iterable.params_of)
+
+    def expr(self, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple, with_item: bool = False) -> Value:
+        self.flow.steps += 1
+        if self.flow.steps > FLOW_BUDGET:
+            raise BudgetExhausted
+        if type(node) is cst.Name and node.value in CONSTANTS:
+            return Value(constant=node.value)
+        if type(node) in (cst.Name, cst.Attribute):
+            key = dotted_name(node)
+            if key is not None and key in self.env:
+                return self.env[key]
+            if type(node) is cst.Attribute:
+                self.expr(node.value, statement, parents)
+            # An unassigned name or attribute says by its name whether it is a rank (`self.global_rank`).
+            name = node.value if type(node) is cst.Name else node.attr.value
+            if type(node) is cst.Name and (name in self.file.functions or name in self.file.imports):
+                function = self.flow.program.resolve_callable(self.file, self.function, node)
+                if function is not None:
+                    return Value(callees=(function,))
+            flag = distributed.is_main_process_flag(name)
+            return Value(ref=self.ref_of(node), rank=Rank(SOME_RANK) if distributed.is_rank_name(name) else None,
+                         rank_test=RankTest(True, True) if flag else None)
+        if type(node) is cst.Subscript:
+            base = self.expr(node.value, statement, parents)
+            for element in node.slice:
+                self.expr(element, statement, parents)
+            index = node.slice[0].slice if len(node.slice) == 1 else None
+            if type(index) is cst.Index and self.file.qualify(node.value) == "os.environ":  # os.environ["LOCAL_RANK"]
+                return Value(rank=_rank_variable(index.value))
+            return Value(ref=base.ref.child("[]") if base.ref else None, callees=base.table)
+        if type(node) is cst.Call:
+            return self.call(node, statement, parents, with_item)
+        if type(node) in (cst.Lambda, cst.FunctionDef, cst.ClassDef):
+            return Value()
+        if type(node) in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
+            return self.comprehension(node, statement, parents)
+        if type(node) is cst.Comparison:
+            return self.comparison(node, statement, parents)
+        if type(node) is cst.BooleanOperation:
+            left, right = self.expr(node.left, statement, parents), self.expr(node.right, statement, parents)
+            operator = "and" if type(node.operator) is cst.And else "or"
+            return Value(params_of=left.params_of | right.params_of, rank_test=RankTest.combine(operator, left.rank_test, right.rank_test))
+        if type(node) is cst.UnaryOperation and type(node.operator) is cst.Not:
+            operand = self.expr(node.expression, statement, parents)
+            return Value(rank_test=operand.rank_test.negated() if operand.rank_test else None)
+        if type(node) in (cst.Tuple, cst.List):
+            elements = tuple(self.expr(element.value, statement, parents) for element in node.elements)
+            params = frozenset().union(*(element.params_of for element in elements))
+            visits = tuple(self.element_of(value) if type(element) is cst.StarredElement else value
+                           for element, value in zip(node.elements, elements))
+            return Value(params_of=params, elements=elements, iterates=_common_ref([e.ref for e in elements]), visits=visits)
+        if type(node) is cst.FormattedString:
+            parts = [self.expr(part, statement, parents) for part in subexpressions(node)]
+            ranks = {part.rank for part in parts if part.rank}
+            return Value(rank=replace(ranks.pop(), formatted=True) if len(ranks) == 1 else None)
+        # Anything else: evaluate the parts and pass parameter flows through (dicts, operators, f-strings).
+        parts = [self.expr(part, statement, parents) for part in subexpressions(node)]
+        params = frozenset().union(*(part.params_of for part in parts))
+        if type(node) is cst.Dict and node.elements and all(type(element) is cst.DictElement for element in node.elements):
+            entries = parts[1::2]  # keys and values alternate
+            if all(len(entry.callees) == 1 for entry in entries):
+                return Value(params_of=params, table=tuple(entry.callees[0] for entry in entries))
+        return Value(params_of=params)
+
+    def comparison(self, node: cst.Comparison, statement: cst.CSTNode, parents: tuple) -> Value:
+        """`rank == 0`, `dist.get_rank() != 0`, `local_rank in (-1, 0)`: true on some ranks only.
+        The same on every rank: `local_rank == -1` and `os.environ.get("RANK") is None` (launched
+        distributed or not), `rank >= 0` and `rank < 0` (no rank is negative). `rank in group_ranks`
+        (a collection that is no literal) and `offset <= rank < offset + size` ask whether this rank
+        is in a group, whose ranks then work together, as Megatron's pipeline stages do: no rank
+        test either."""
+        values = [self.expr(part, statement, parents) for part in subexpressions(node)]
+        params = frozenset().union(*(value.params_of for value in values))
+        compares_rank = any(value.rank is not None for value in values)
+        same_everywhere = any(type(target.operator) in (cst.Is, cst.IsNot)
+                              or type(target.operator) in (cst.Equal, cst.NotEqual) and is_minus_one(target.comparator)
+                              or is_sign_test(target)
+                              or type(target.operator) in (cst.In, cst.NotIn) and type(target.comparator) not in LITERAL_COLLECTIONS
+                              for target in node.comparisons) or is_group_range(node)
+        return Value(params_of=params, rank_test=RankTest(True, True) if compares_rank and not same_everywhere else None)
+
+    def rank_meaning(self, node: cst.Call, value: Value) -> Value:
+        """What a call's result says of the rank, by the callee's name: `dist.get_rank()`,
+        `get_local_rank()`, `is_main_process()`, `os.environ.get("RANK")`."""
+        if value.rank is not None or value.rank_test:
+            return value  # an inlined function returned it, `int(rank)`, `dist.get_rank()`, `os.environ.get("RANK")`
+        qname = self.file.qualify(node.func)
+        # `Cluster().get_rank()`: a method of an object, by the method's name.
+        method = node.func.attr.value if type(node.func) is cst.Attribute else ""
+        name = (qname or dotted_name(node.func) or method).rsplit(".", 1)[-1]
+        getter, flag = distributed.is_rank_getter(name), distributed.is_main_process_flag(name)
+        # A function of this run is judged by what it returns (inlined), not by its name.
+        if (getter or flag) and self.flow.program.resolve_function(self.file, self.function, node) is None:
+            return dataclasses.replace(value, rank=Rank(SOME_RANK) if getter else None, rank_test=RankTest(True, True) if flag else None)
+        return value
+
+    def comprehension(self, node: cst.BaseComp, statement: cst.CSTNode, parents: tuple) -> Value:
+        """What the elements carry: `{k: v.full_tensor() for k, v in sd.items()}` carries no shards."""
+        clause = node.for_in
+        while clause is not None:
+            iterable = self.expr(clause.iter, statement, parents)
+            # As in a `for` loop, the target is an element of what is iterated (`b` in
+            # `[fully_shard(b) for b in model.layers]` is a sub-module of `model`).
+            element = self.element_of(iterable)
+            self.bind(clause.target, Value(ref=element.ref, params_of=iterable.params_of, iterates=None if element.ref else iterable.iterates))
+            for condition in clause.ifs:
+                self.expr(condition.test, statement, parents)
+            clause = clause.inner_for_in
+        parts = (node.key, node.value) if type(node) is cst.DictComp else (node.elt,)
+        values = [self.expr(part, statement, parents) for part in parts]
+        params = frozenset().union(*(value.params_of for value in values))
+        # `[m for m in model.layers if ...]` still iterates sub-modules of `model`.
+        return Value(params_of=params, iterates=_common_ref([value.ref for value in values]))
+
+    def call(self, node: cst.Call, statement: cst.CSTNode, parents: tuple, with_item: bool) -> Value:
+        return self.rank_meaning(node, self._call(node, statement, parents, with_item))
+
+    def _call(self, node: cst.Call, statement: cst.CSTNode, parents: tuple, with_item: bool) -> Value:
+        func = node.func
+        receiver = self.expr(func.value, statement, parents) if type(func) is cst.Attribute else Value()
+        args = tuple(self.expr(arg.value, statement, parents) for arg in node.args if arg.keyword is None and not arg.star)
+        kwargs = {arg.keyword.value: self.expr(arg.value, statement, parents) for arg in node.args if arg.keyword is not None}
+        flowing = frozenset().union(*(value.params_of for value in (*args, *kwargs.values())))
+        qname = self.file.qualify(func)
+        common = dict(statement=statement, parents=parents, qname=qname, args=args, kwargs=kwargs, with_item=with_item)
+
+        if qname == FULLY_SHARD:
+            module = args[0] if args else kwargs.get("module", Value())
+            if module.elements is not None or module.iterates is not None:
+                # A list of modules, literal or built: they are sub-modules of what they come from.
+                listed = [element.ref for element in module.elements or () if element.ref]
+                targets = tuple(listed) or ((module.iterates.child("[]"),) if module.iterates else ())
+            else:
+                targets = (module.ref,) if module.ref else ()
+            event = self.emit(SHARD, node, targets=targets, **common)
+            return Value(ref=module.ref, event=event)
+        if qname == FSDP1_WRAPPER:
+            module = args[0] if args else kwargs.get("module", Value())
+            event = self.emit(WRAP, node, targets=(module.ref,) if module.ref else (), **common)
+            return Value(ref=module.ref, event=event)
+        if qname is None and type(func) is cst.Name and func.value in _ITERABLE_WRAPPERS and args:
+            return Value(iterates=args[0].iterates or args[0].ref, params_of=flowing, visits=_visits_through(func.value, args))
+        if qname == "itertools.chain" and args and not any(arg.star for arg in node.args):
+            parts = [arg.visits if arg.visits is not None else (self.element_of(arg),) for arg in args]
+            return Value(iterates=_common_ref([arg.iterates or arg.ref for arg in args]), params_of=flowing,
+                         visits=tuple(visit for part in parts for visit in part))
+        if self.builds_on_meta(node):
+            return Value(event=Event(META, node, self.file, statement, parents, self.chain))
+        callee = self.flow.program.resolve_function(self.file, self.function, node)
+        if callee is None:
+            callee = self.method_of_instance(func, receiver)
+            if callee is not None:  # still a method call on a tracked value, as rules read it (`model.forward(x)`)
+                self.emit(METHOD, node, targets=(receiver.ref,), method=func.attr.value, **common)
+        if callee is not None:
+            return self.inline(callee, node, args, kwargs, receiver, statement, parents)
+        if type(func) in (cst.Subscript, cst.Call) or type(func) is cst.Name and func.value in self.env:
+            return self.call_value(node, args, kwargs, statement, parents)
+        if type(func) is cst.Attribute and qname is None and func.attr.value == "get" and receiver.table:
+            return Value(callees=receiver.table)  # `table.get(key)`: one of its functions
+        # Parameters handed over directly, not an existing optimizer handed to a helper.
+        handed = frozenset().union(*(v.params_of for v in (*args, *kwargs.values()) if v.ref not in self.flow.optimizer_bindings))
+        if self.is_optimizer(qname, node, handed):
+            event = self.emit(OPTIMIZER, node, params_of=handed, **common)
+            return Value(event=event, params_of=handed)
+        if type(func) is cst.Attribute and receiver.ref is not None and qname is None:
+            method = func.attr.value
+            event = self.emit(METHOD, node, targets=(receiver.ref,), method=method, **common)
+            if method in _COLLECTS and not receiver.ref.path:
+                # `modules.append(module)` in a loop over `model.named_modules()`: the list's elements come from `model`.
+                self.flow.derived_from.setdefault(receiver.ref.root, set()).update(*(self.roots_read(arg.value) for arg in node.args))
+            if method in _PARAMETER_METHODS:
+                return Value(params_of=frozenset({receiver.ref}), event=event)
+            if method in _ITERATES_SUBMODULES:
+                return Value(iterates=receiver.ref, event=event)
+            if method in _RETURNS_SELF:
+                return Value(ref=receiver.ref, event=event)
+            if method == "state_dict":
+                return Value(event=event, params_of=receiver.params_of | {receiver.ref})
+            if method in _GATHERS:
+                return Value(event=event)
+            return Value(event=event, params_of=receiver.params_of)
+        if (type(func) is cst.Attribute and qname is None and func.attr.value in _RETURNS_SELF
+                and receiver.event is not None and receiver.event.kind == CALL):
+            return receiver  # `nn.Linear(4, 4).to(device)` is still the module `nn.Linear(...)` built
+        callee_ref = self.ref_of(func) if qname is None else None
+        if callee_ref is not None:
+            return Value(event=self.emit(CALL_VALUE, node, targets=(callee_ref,), **common))
+        event = self.emit(CALL, node, **{**common, "qname": qname or dotted_name(func)})
+        if qname in distributed.RETURNS_ITS_MODULE and args and args[0].ref is not None:
+            return args[0]  # `model = parallelize_module(model, ...)` is still `model`
+        return Value(event=event, params_of=flowing if qname is None else frozenset(), rank=self.rank_of_call(qname, func, node, args))
+
+    @staticmethod
+    def rank_of_call(qname: str | None, func: cst.CSTNode, node: cst.Call, args: tuple[Value, ...]) -> Rank | None:
+        """`dist.get_rank()`, `os.environ.get("LOCAL_RANK")`, `int(rank)`: the rank the call returns."""
+        if qname in _RANK_CALLS:
+            return Rank(SOME_RANK if node.args else _RANK_CALLS[qname])  # `dist.get_rank(group)`: the rank within a group
+        if qname in _ENVIRONMENT_READS and node.args:
+            return _rank_variable(node.args[0].value)
+        if qname is None and type(func) is cst.Name and func.value in _RANK_CONVERSIONS and len(args) == 1:
+            return args[0].rank
+        return None
+
+    @staticmethod
+    def is_meta_literal(node: cst.CSTNode) -> bool:
+        return type(node) is cst.SimpleString and node.evaluated_value == "meta"
+
+    def builds_on_meta(self, node: cst.Call) -> bool:
+        """`Model(..., device="meta")` or `device=torch.device("meta")`."""
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value == "device":
+                if self.is_meta_literal(arg.value) or self.is_meta_device(arg.value):
+                    return True
+        return False
+
+    def is_meta_device(self, node: cst.CSTNode) -> bool:
+        """`torch.device("meta")` used as a context manager."""
+        return (
+            type(node) is cst.Call
+            and self.file.qualify(node.func) == "torch.device"
+            and bool(node.args)
+            and self.is_meta_literal(node.args[0].value)
+        )
+
+    def is_optimizer(self, qname: str | None, node: cst.Call, flowing: frozenset[Ref]) -> bool:
+        if qname:
+            parts = qname.split(".")
+            if "lr_scheduler" in parts or not parts[-1][:1].isupper():
+                return False
+            return any(part in ("optim", "optimizers") for part in parts[:-1]) or parts[-1].endswith("Optimizer")
+        # A call we cannot resolve that takes model parameters: an optimizer when its name says so.
+        name = (dotted_name(node.func) or "").lower()
+        return bool(flowing) and ("optim" in name or name.endswith(("adam", "adamw", "sgd")))
+
+    def method_of_instance(self, func: cst.BaseExpression, receiver: Value) -> FunctionInfo | None:
+        """`trainer.save(...)` where `trainer = Trainer(...)` and this run defines `Trainer.save`."""
+        if not type(func) is cst.Attribute or receiver.ref is None or receiver.ref.path:
+            return None
+        built_by = self.flow.origin(receiver, len(self.flow.events))
+        if built_by is None or built_by.kind not in (CALL, CALL_VALUE) or not type(built_by.node) is cst.Call:
+            return None
+        qualname = f"{(dotted_name(built_by.node.func) or '').rsplit('.', 1)[-1]}.{func.attr.value}"
+        candidates = [f for f in self.flow.program.functions_by_name.get(func.attr.value, ()) if f.qualname == qualname]
+        return candidates[0] if len(candidates) == 1 else None
+
+    def call_value(self, node: cst.Call, args: tuple[Value, ...], kwargs: dict[str, Value], statement: cst.CSTNode, parents: tuple) -> Value:
+        """A call of a value: a function taken from a dispatch table (`MODES[mode]()`), or one a name was bound to."""
+        function = self.expr(node.func, statement, parents)
+        if not function.callees:
+            common = dict(statement=statement, parents=parents, args=args, kwargs=kwargs)
+            if function.ref is None:
+                return Value(event=self.emit(CALL, node, **common))
+            return Value(event=self.emit(CALL_VALUE, node, targets=(function.ref,), **common))
+        if self.forwarded is not None and node.args and all(arg.star for arg in node.args):
+            args, kwargs = self.forwarded  # `fn(*args, **kwargs)` in a decorator's wrapper: the decorated call's arguments
+        return self.call_one_of(function.callees, node, args, kwargs, statement, parents)
+
+    def call_one_of(self, callees: tuple[FunctionInfo, ...], node: cst.Call, args: tuple[Value, ...], kwargs: dict[str, Value],
+                    statement: cst.CSTNode, parents: tuple) -> Value:
+        """Calls one of `callees`: each in an arm of its own, which of them not known."""
+        if len(callees) == 1:
+            return self.inline(callees[0], node, args, kwargs, Value(), statement, parents)
+        self.branches(node, [(lambda callee=callee: self.inline(callee, node, args, kwargs, Value(), statement, parents), False) for callee in callees])
+        return Value()
+
+    def decorator_wrapper(self, callee: FunctionInfo) -> tuple[FunctionInfo, str] | None:
+        """The wrapper a decorator of the run puts around `callee`, and the decorator's parameter that
+        holds the function: `def cleanup(fn): def wrapper(*a, **k): try: return fn(*a, **k) finally: ...; return wrapper`."""
+        for decorator in callee.node.decorators:
+            if type(decorator.decorator) not in (cst.Name, cst.Attribute):
+                continue
+            function = self.flow.program.resolve_callable(callee.file, None, decorator.decorator)
+            body = statements_of(function.node.body) if function is not None else []
+            if not body or not function.params or type(body[-1]) is not cst.SimpleStatementLine:
+                continue
+            returned = body[-1].body[-1]
+            if type(returned) is cst.Return and type(returned.value) is cst.Name:
+                wrapper = function.file.functions.get(f"{function.qualname}.{returned.value.value}")
+                if wrapper is not None:
+                    return wrapper, function.params[0]
+        return None
+
+    def inline(self, callee: FunctionInfo, node: cst.Call, args: tuple[Value, ...], kwargs: dict[str, Value], receiver: Value, statement: cst.CSTNode, parents: tuple) -> Value:
+        callee.called = True
+        if self.depth >= _MAX_INLINE_DEPTH or id(callee.node) in self.stack:
+            event = self.emit(CALL, node, statement=statement, parents=parents, qname=callee.qualname, args=args, kwargs=kwargs)
+            return Value(event=event)
+        wrapped = self.decorator_wrapper(callee) if self.forwarded is None or self.forwarded_to is not callee else None
+        if wrapped is not None:
+            # The decorator's wrapper runs, and calls the function where it calls its parameter
+            # (inside its `try`, before its `finally`).
+            wrapper, holder = wrapped
+            walker = Walker(self.flow, wrapper.file, wrapper, {holder: Value(callees=(callee,))}, f"{wrapper.name}@{self.flow.program.next_call_id()}:",
+                             self.chain, self.depth + 1, self.stack, self.outer + parents + (statement,), self.rank_guards, self.call_sites,
+                             self.contexts, self.arms)
+            walker.forwarded, walker.forwarded_to = (args, kwargs), callee
+            walker.walk_suite(wrapper.node.body, ())
+            return walker.returned
+        self.emit(ENTER, node, statement=statement, parents=parents, qname=callee.qualname, args=args, kwargs=kwargs)
+        prefix = f"{callee.name}@{self.flow.program.next_call_id()}:"
+        env: dict[str, Value] = {}
+        params = list(callee.params)
+        if callee.class_name and params and params[0] in ("self", "cls"):
+            self_name = params.pop(0)
+            if type(node.func) is cst.Attribute:
+                env[self_name] = receiver if receiver.ref else Value(ref=Ref(prefix + self_name))
+                # What the caller knows of `self.x` holds in the callee too.
+                env.update({key: value for key, value in self.env.items() if key.startswith("self.")})
+        for name, value in zip(params, args):
+            env[name] = value
+        for name, value in kwargs.items():
+            if name in params:
+                env[name] = value
+        # Without `*args`/`**kwargs` at the call, a parameter not given keeps its default.
+        defaults_apply = not any(arg.star for arg in node.args)
+        falsy = falsy_defaults(callee.node) if defaults_apply else set()
+        for name in params:
+            if name not in env and literal_default(callee.node, name):
+                env[name] = Value(constant=literal_default(callee.node, name))
+            if name not in env or env[name].ref is None:
+                given = env.get(name, Value())
+                env[name] = Value(ref=Ref(prefix + name), params_of=given.params_of, rank=given.rank, constant=given.constant,
+                                  rank_test=given.rank_test, always_false=name in falsy and name not in env)
+                self.flow.assigned_roots.add(prefix + name)
+                self.record_origin(prefix + name, given.event)
+        walker = Walker(self.flow, callee.file, callee, env, prefix, self.chain + (callee.name,), self.depth + 1, self.stack,
+                         self.outer + parents + (statement,), self.rank_guards, self.call_sites + (node,), self.contexts, self.arms)
+        walker.walk_suite(callee.node.body, ())
+        return walker.returned
+
+    def emit(self, kind: EventKind, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple, **fields) -> Event:
+        event = Event(kind, node, self.file, statement, parents, self.chain, function=self.function, outer=self.outer,
+                      rank_guards=self.rank_guards, arms=self.arms, call_sites=self.call_sites, contexts=self.contexts,
+                      index=len(self.flow.events), **fields)
+        self.flow.events.append(event)
+        return event
+
+
+def _visits_through(wrapper: str, args: tuple[Value, ...]) -> tuple[Value, ...] | None:
+    """What `enumerate(x)`, `reversed(x)`, `zip(x, y)`, `list(x)`... visit, from what `x` visits."""
+    known = [arg.visits for arg in args]
+    if any(visits is None for visits in known):
+        return None
+    if wrapper in ("list", "tuple", "iter"):
+        return known[0]
+    if wrapper == "reversed":
+        return known[0][::-1]
+    if wrapper == "enumerate":
+        return tuple(Value(elements=(Value(), visit)) for visit in known[0])
+    if wrapper == "zip":
+        return tuple(Value(elements=values) for values in zip(*known))
+    return None  # `sorted`, `filter`: which, in which order, is not known
+
+
+def _common_ref(refs: list[Ref | None]) -> Ref | None:
+    """The longest ref all of `refs` lie within: `(model.a, model.b)` -> `model`."""
+    if not refs or any(ref is None for ref in refs):
+        return None
+    first = refs[0]
+    if any(ref.root != first.root for ref in refs):
+        return None
+    path: list[str] = []
+    for parts in zip(*(ref.path for ref in refs)):
+        if any(part != parts[0] for part in parts):
+            break
+        path.append(parts[0])
+    return Ref(first.root, tuple(path))
+
+
+def _rank_variable(node: cst.CSTNode) -> Rank | None:
+    """The rank an environment variable named by `node` holds (`"LOCAL_RANK"`, `"NODE_RANK"`), if it is one."""
+    if not type(node) is cst.SimpleString:
+        return None
+    name = str(node.evaluated_value)
+    if name in _RANK_VARIABLES:
+        return Rank(_RANK_VARIABLES[name], variable=name)
+    return Rank(SOME_RANK, variable=name) if distributed.is_rank_env_var(name) else None
+
+
