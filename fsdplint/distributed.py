@@ -38,6 +38,10 @@ MAIN_PROCESS_FLAGS = frozenset({
 # Decorators that make a function run on the main process only (Lightning, accelerate).
 MAIN_PROCESS_DECORATORS = frozenset({"rank_zero_only", "on_main_process", "on_local_main_process", "main_process_only", "rank0_only"})
 
+# Launchers that start processes of a function on this machine, taking (fn, args, nprocs, ...) by position;
+# the function gets the index of its process as its first argument.
+PROCESS_SPAWNERS = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"})
+
 # torch.distributed functions that every rank of the group must call.
 PROCESS_GROUP_COLLECTIVES = frozenset({
     "barrier", "monitored_barrier", "all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor",

@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     import libcst as cst
 
     from fsdplint.fixes import Fix
-    from fsdplint.model import Event, FileModel, Flow, Ref, Value
+    from fsdplint.model import Event, FileModel, Flow, FunctionInfo, Ref, Value
 
 
 # torch.nn classes that hold blocks, unlike single layers such as torch.nn.Linear.
@@ -158,28 +158,48 @@ def argument_values(event: Event) -> tuple[list[tuple[cst.CSTNode, Value]], dict
     return list(zip(positional, event.args)), keywords
 
 
+def argument(event: Event, position: int, keyword: str) -> tuple[cst.CSTNode, Value] | None:
+    """The argument a call gives at `position` or as `keyword=`, its node with its value; None when not given."""
+    positional, keywords = argument_values(event)
+    return positional[position] if position < len(positional) else keywords.get(keyword)
+
+
 def script_flows(program) -> Iterator[Flow]:
     """The flows that run a script from start to end: each file's top level (with `main()` and what it
     calls inlined) and the functions `torch.multiprocessing.spawn(fn, ...)` starts. A function no
     checked file calls may be called by code fsdplint cannot see, which may do what it lacks."""
-    import libcst as cst
+    spawned = {id(function.node) for _, _, function in spawns(program)}
+    for flow in program.flows:
+        if flow.function is None or (flow.is_entry and id(flow.function.node) in spawned):
+            yield flow
 
+
+def spawns(program) -> Iterator[tuple[Flow, Event, FunctionInfo]]:
+    """Each `torch.multiprocessing.spawn(fn, ...)` (or `start_processes`) in each flow, with the function
+    of the run it starts: `fn` is passed, not called, so the model does not walk into it."""
+    from fsdplint import distributed
     from fsdplint.model import CALL
 
-    spawned = {event.node.args[0].value.value for flow in program.flows for event in flow.of_kind(CALL)
-               if (event.qname or "").endswith("multiprocessing.spawn") and event.node.args
-               and isinstance(event.node.args[0].value, cst.Name)}
     for flow in program.flows:
-        if flow.function is None or (flow.is_entry and flow.function.name in spawned):
-            yield flow
+        for event in flow.of_kind(CALL):
+            if event.qname in distributed.PROCESS_SPAWNERS and (fn := argument(event, 0, "fn")) is not None:
+                node, value = fn
+                function = value.callees[0] if len(value.callees) == 1 else program.resolve_callable(event.file, event.function, node)
+                if function is not None:
+                    yield flow, event, function
+
+
+def on_every_path_to(event: Event, other: Event) -> bool:
+    """`event` runs wherever `other` runs: it sits in no arm of a branching statement (`if`, `match`,
+    `except`) that `other` is outside of, or in another arm of."""
+    return set(event.arms) <= set(other.arms)
 
 
 def process_group_backend(event: Event) -> str | None:
     """The backend an `init_process_group` call names as a string literal (`"nccl"`, `"cpu:gloo,cuda:nccl"`);
     None when it names none or computes it."""
-    positional, keywords = argument_values(event)
-    node = positional[0][0] if positional else keywords.get("backend", (None, None))[0]
-    return getattr(node, "evaluated_value", None) if node is not None else None
+    backend = argument(event, 0, "backend")
+    return getattr(backend[0], "evaluated_value", None) if backend is not None else None
 
 
 def qualified_reference(file: FileModel, qualified: str) -> str | None:
