@@ -41,6 +41,14 @@ MAIN_PROCESS_DECORATORS = frozenset({"rank_zero_only", "on_main_process", "on_lo
 # Launchers that start processes of a function on this machine, taking (fn, args, nprocs, ...) by position;
 # the function gets the index of its process as its first argument.
 PROCESS_SPAWNERS = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"})
+# Calls that count this machine's accelerators.
+DEVICE_COUNTS = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count", "torch.xpu.device_count"})
+INIT_PROCESS_GROUP = "torch.distributed.init_process_group"
+# `init_process_group` addresses only processes of one machine meet at: a file store (a file of this
+# machine's file system) and the loopback address.
+LOCAL_INIT_METHODS = ("file://", "tcp://localhost:", "tcp://127.0.0.1:", "tcp://[::1]:")
+# Stores that processes of one machine share: a file of its file system.
+LOCAL_STORES = frozenset({"torch.distributed.FileStore"})
 
 # torch.distributed functions that every rank of the group must call.
 PROCESS_GROUP_COLLECTIVES = frozenset({

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Iterable
 
 from fsdplint.rule import Finding, FixAvailability, Rule, Severity
@@ -23,7 +24,22 @@ class GlobalRankAsDevice(Rule):
     process on its own node is its local rank, which torchrun sets in `LOCAL_RANK`.
 
     A rank received as a parameter, such as the first argument `torch.multiprocessing.spawn` passes
-    to its function on one machine, is not reported.
+    to its function on one machine, is not reported. Nor is the global rank where the program shows
+    it runs on one node, on every path that reaches the use:
+
+    - in a function `torch.multiprocessing.spawn` (or `start_processes`) starts, and what it calls,
+      when the number of processes is `torch.cuda.device_count()` (or `torch.accelerator`'s, or
+      `torch.xpu`'s), a variable assigned from it, a literal or left out: one process starts them all
+      on its own machine;
+    - where `init_process_group` meets at a place of this machine: `init_method="file://..."` (or
+      `store=FileStore(...)`), `"tcp://localhost:..."` or `"tcp://127.0.0.1:..."`. A file store on a
+      file system that several machines share is the exception this misses;
+    - in a spawned function that passes its process index as `rank=` and a literal `world_size=`:
+      the ranks are the spawned processes' indices.
+
+    A count from the command line (`nprocs=args.nprocs`), `init_method="env://"` or an address
+    computed at run time (`f"tcp://{master_addr}:{port}"`) says nothing of the node count: the use is
+    reported.
 
     ## Example
     ```python
@@ -63,11 +79,12 @@ class GlobalRankAsDevice(Rule):
         from fsdplint.model import CALL, CALL_VALUE, GLOBAL_RANK, METHOD, WRAP
         from fsdplint.rulekit import code, device_arguments, via
 
+        one_node = _OneNode(program)
         for flow in program.flows:
             reported_names: set[str] = set()
             for event in flow.of_kind(CALL, METHOD, CALL_VALUE, WRAP):
                 for node, value in device_arguments(event):
-                    if value.rank is None or value.rank.scope != GLOBAL_RANK:
+                    if value.rank is None or value.rank.scope != GLOBAL_RANK or one_node.shown(flow, event):
                         continue
                     if value.rank.formatted and value.ref is not None:
                         # A device string held in a variable: one finding, at its first use.
@@ -106,3 +123,118 @@ class GlobalRankAsDevice(Rule):
 def _local_rank(rank) -> str:
     """The expression reading the local rank from the variable the launcher of `rank` sets."""
     return f'int(os.environ["{_LOCAL_VARIABLES.get(rank.variable, "LOCAL_RANK")}"])'
+
+
+class _OneNode:
+    """Where the program shows that it runs on one machine, so that its global rank is its local rank.
+
+    Judged per path: an event of a flow no other flow calls (a script's top level, a function
+    `mp.spawn` starts) by that flow; an event of a called function by every such flow that reaches it.
+    """
+
+    def __init__(self, program) -> None:
+        self.program = program
+
+    @cached_property
+    def spawned(self) -> dict[int, bool]:
+        """Each function mp.spawn starts (by the id of its node): whether every spawn of it starts the whole job."""
+        from fsdplint.rulekit import spawns
+
+        spawned: dict[int, bool] = {}
+        for flow, event, function in spawns(self.program):
+            if flow.is_entry:  # a called function's spawn is judged in its callers, which say what it is given
+                key = id(function.node)
+                spawned[key] = spawned.get(key, True) and _spawns_whole_job(flow, event)
+        return spawned
+
+    def shown(self, flow, event) -> bool:
+        """The run of `event` in `flow` is on one machine, on every path the program shows to it."""
+        if self._shown_on(flow, event):
+            return True
+        if flow.is_entry:
+            return False
+        reaching = self.reaching(event)
+        return bool(reaching) and all(self._shown_on(entry, inlined) for entry, inlined in reaching)
+
+    def reaching(self, event) -> list:
+        """The events of the flows no flow calls that are `event`, inlined there through calls, each with its flow."""
+        return [(flow, inlined) for flow, inlined in self._entry_events.get(id(event.node), ()) if inlined.kind == event.kind]
+
+    @cached_property
+    def _entry_events(self) -> dict[int, list]:
+        """The events of the flows no flow calls, by the id of their node."""
+        events: dict[int, list] = {}
+        for flow in self.program.flows:
+            if flow.is_entry:
+                for event in flow.events:
+                    events.setdefault(id(event.node), []).append((flow, event))
+        return events
+
+    def _shown_on(self, flow, event) -> bool:
+        from fsdplint import distributed
+        from fsdplint.model import CALL
+        from fsdplint.rulekit import on_every_path_to
+
+        is_spawned = flow.is_entry and flow.function is not None and id(flow.function.node) in self.spawned
+        if is_spawned and self.spawned[id(flow.function.node)]:
+            return True
+        return any(init.qname == distributed.INIT_PROCESS_GROUP and on_every_path_to(init, event)
+                   and (_meets_locally(flow, init) or is_spawned and _spawn_index_in_fixed_world(flow, init))
+                   for init in flow.of_kind(CALL))
+
+
+def _spawns_whole_job(flow, spawn) -> bool:
+    """`mp.spawn(fn, nprocs=torch.cuda.device_count())`, a literal count, or none (one process): one
+    process starts them all, on its machine, as many as it has GPUs or as the code fixes."""
+    import libcst as cst
+
+    from fsdplint import distributed
+    from fsdplint.rulekit import argument
+
+    nprocs = argument(spawn, 2, "nprocs")
+    if nprocs is None:
+        return not any(arg.star for arg in spawn.node.args)  # `mp.spawn(fn, **options)` may pass it
+    if type(nprocs[0]) is cst.Integer:
+        return True
+    # The call that made the count: given here, or the one its variable (or the parameter a caller
+    # passed it to) was built by.
+    count = nprocs[1]
+    made_by = count.event.qname if count.event else flow.constructed.get(count.ref.root) if count.ref else None
+    return made_by in distributed.DEVICE_COUNTS
+
+
+def _meets_locally(flow, init) -> bool:
+    """`init_process_group(init_method="file://...")` or `"tcp://localhost:..."` (or an f-string that
+    starts so), or `store=FileStore(...)`: a meeting place only processes of one machine reach."""
+    import libcst as cst
+
+    from fsdplint import distributed
+    from fsdplint.rulekit import argument
+
+    method = argument(init, 1, "init_method")
+    if method is not None:
+        node = method[0]
+        if type(node) is cst.FormattedString:
+            head = node.parts[0] if node.parts else None
+            address = head.value if type(head) is cst.FormattedStringText else ""
+        else:
+            address = getattr(node, "evaluated_value", None) or ""
+        return isinstance(address, str) and address.startswith(distributed.LOCAL_INIT_METHODS)
+    store = argument(init, 5, "store")
+    made = flow.origin(store[1], init.index) if store is not None else None
+    return made is not None and made.qname in distributed.LOCAL_STORES
+
+
+def _spawn_index_in_fixed_world(flow, init) -> bool:
+    """`init_process_group(rank=index, world_size=2)` in a function mp.spawn starts, `index` its first
+    parameter as given: the ranks are the spawned processes' indices, and the world no more than them."""
+    import libcst as cst
+
+    from fsdplint.rulekit import argument
+
+    rank, world_size = argument(init, 4, "rank"), argument(init, 3, "world_size")
+    if rank is None or world_size is None or type(world_size[0]) is not cst.Integer or not flow.function.params:
+        return False
+    index = flow.function.params[0]
+    # Never bound again: after `rank = node * nprocs + rank` it is no longer the index.
+    return rank[1].ref is not None and rank[1].ref.root == index and index not in flow.assigned_roots

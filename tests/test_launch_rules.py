@@ -111,6 +111,146 @@ def test_a_device_string_made_from_the_rank_is_reported_once_without_a_fix():
     assert fixed(source, "FSDP302") == textwrap.dedent(source)
 
 
+def fsdp302_lines(source: str) -> list[int]:
+    return [d.line for d in check_source(textwrap.dedent(source), select=["FSDP302"])]
+
+
+def spawned(nprocs: str, init: str = 'dist.init_process_group("nccl")') -> str:
+    """A script that spawns `worker`, which uses the global rank as its device index, in a helper too."""
+    return f"""
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch.multiprocessing import start_processes
+    def pick_device():
+        torch.cuda.set_device(dist.get_rank())
+    def worker(index, world_size):
+        {init}
+        torch.cuda.set_device(dist.get_rank())
+        pick_device()
+    if __name__ == "__main__":
+        world_size = torch.cuda.device_count()
+        {nprocs}
+    """
+
+
+@pytest.mark.parametrize("spawn", [
+    "mp.spawn(worker, args=(world_size,), nprocs=torch.cuda.device_count())",
+    "mp.spawn(worker, args=(world_size,), nprocs=torch.accelerator.device_count())",
+    "mp.spawn(worker, args=(world_size,), nprocs=torch.xpu.device_count())",
+    "mp.spawn(worker, args=(world_size,), nprocs=world_size)",
+    "mp.spawn(worker, (world_size,), 2)",
+    "mp.spawn(fn=worker, args=(world_size,))",
+    "start_processes(worker, args=(world_size,), nprocs=world_size, start_method='fork')",
+])
+def test_processes_one_process_spawns_are_on_one_node(spawn):
+    # As many processes as this machine has GPUs, or as the code fixes: the global rank is the local one,
+    # in the spawned function and in what it calls.
+    assert fsdp302_lines(spawned(spawn)) == []
+
+
+@pytest.mark.parametrize("spawn", [
+    "mp.spawn(worker, args=(world_size,), nprocs=args.nprocs)",
+    "mp.spawn(worker, args=(world_size,), **options)",
+])
+def test_processes_spawned_as_many_as_the_command_line_says_may_be_on_several_nodes(spawn):
+    assert fsdp302_lines(spawned(spawn)) == [7, 10]
+
+
+def test_a_spawned_world_of_a_fixed_size_ranked_by_process_index_is_on_one_node():
+    assert fsdp302_lines(spawned("mp.spawn(worker, args=(2,), nprocs=args.nprocs)",
+                         'dist.init_process_group("nccl", rank=index, world_size=2)')) == []
+    # Ranks that count other nodes' processes too, or a world whose size is not fixed.
+    assert fsdp302_lines(spawned("mp.spawn(worker, args=(2,), nprocs=args.nprocs)",
+                         'index = args.node_rank * 8 + index; dist.init_process_group("nccl", rank=index, world_size=16)')) == [7, 10]
+    assert fsdp302_lines(spawned("mp.spawn(worker, args=(2,), nprocs=args.nprocs)",
+                         'dist.init_process_group("nccl", rank=index, world_size=world_size)')) == [7, 10]
+
+
+@pytest.mark.parametrize("count, expected", [("torch.cuda.device_count()", []), ("args.nprocs", [6])])
+def test_a_count_of_processes_from_the_caller(count, expected):
+    assert fsdp302_lines(f"""
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    def worker(index):
+        torch.cuda.set_device(dist.get_rank())
+    def main(nprocs):
+        mp.spawn(worker, nprocs=nprocs)
+    if __name__ == "__main__":
+        main({count})
+    """) == expected
+
+
+def test_a_nested_function_spawned_on_one_node():
+    assert fsdp302_lines("""
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    def main():
+        def worker(index):
+            torch.cuda.set_device(dist.get_rank())
+        mp.spawn(worker, nprocs=torch.cuda.device_count())
+    main()
+    """) == []
+
+
+def test_a_helper_reached_from_a_spawned_function_and_from_a_launched_script_is_reported():
+    assert fsdp302_lines("""
+    import os
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    def pick_device():
+        torch.cuda.set_device(int(os.environ["RANK"]))
+    def worker(index):
+        pick_device()
+    def launched():
+        dist.init_process_group("nccl")
+        pick_device()
+    mp.spawn(worker, nprocs=2)
+    """) == [7]
+
+
+def one_address(init: str) -> str:
+    return f"""
+    import os
+    import torch
+    import torch.distributed as dist
+    def pick_device():
+        torch.cuda.set_device(int(os.environ["RANK"]))
+    {init}
+    pick_device()
+    """
+
+
+@pytest.mark.parametrize("init", [
+    'dist.init_process_group("nccl", init_method="file:///tmp/store", rank=rank, world_size=2)',
+    'dist.init_process_group("nccl", init_method=f"file://{path}", rank=rank, world_size=2)',
+    'dist.init_process_group("nccl", "tcp://localhost:29500", rank=rank, world_size=2)',
+    'dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)',
+    'dist.init_process_group("nccl", init_method="tcp://[::1]:29500", rank=rank, world_size=2)',
+    'dist.init_process_group("nccl", store=dist.FileStore(path, 2), rank=rank, world_size=2)',
+])
+def test_a_group_met_at_a_place_of_this_machine_is_on_one_node(init):
+    # A file store is a file of this machine (unless a shared file system holds it), the loopback
+    # address is reached from this machine only.
+    assert fsdp302_lines(one_address(init)) == []
+
+
+@pytest.mark.parametrize("init", [
+    'dist.init_process_group("nccl", init_method="env://")',
+    'dist.init_process_group("nccl", init_method=f"tcp://{master_addr}:{port}", rank=rank, world_size=2)',
+    'dist.init_process_group("nccl", init_method="tcp://10.0.0.1:29500", rank=rank, world_size=2)',
+    'dist.init_process_group("nccl", store=dist.TCPStore(master_addr, port), rank=rank, world_size=2)',
+    # On one path only: the other initializes from the environment.
+    'if args.local:\n        dist.init_process_group("nccl", init_method="file:///tmp/store")\n'
+    '    else:\n        dist.init_process_group("nccl", init_method="env://")',
+])
+def test_a_group_met_at_an_address_of_the_network_may_span_nodes(init):
+    assert fsdp302_lines(one_address(init)) == [6]
+
+
 @pytest.mark.parametrize("argument, expected", [
     ('"cuda:0"', '"cuda"'),
     ("'cuda:1'", "'cuda'"),
