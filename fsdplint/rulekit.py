@@ -10,6 +10,7 @@ if TYPE_CHECKING:
 
     from fsdplint.fixes import Fix
     from fsdplint.model import Event, FileModel, Flow, Ref, Value
+    from fsdplint.rule import Related
 
 
 # torch.nn classes that hold blocks, unlike single layers such as torch.nn.Linear.
@@ -46,6 +47,41 @@ def where(event: Event) -> str:
 def via(event: Event) -> str:
     """` (via main → setup → shard_model)` when the event was reached through calls."""
     return f" (via {' → '.join(event.chain)})" if len(event.chain) > 1 else ""
+
+
+def at(event: Event, message: str) -> Related:
+    """The place of `event`, as a related location of a finding elsewhere ("sharded here")."""
+    from fsdplint.rule import Related
+
+    return Related(event.file, event.node, message)
+
+
+def calls(flow: Flow, event: Event, below: cst.Call | None = None) -> tuple[Related, ...]:
+    """The calls that led from the flow's own function into the helper holding `event`, outermost
+    first, as related locations ("`setup` called here"); with `below`, the call a finding is reported
+    on, only the calls under it."""
+    from fsdplint.rule import Related
+
+    steps = list(zip(_entries(flow, event), event.chain[1:]))
+    if below is not None:
+        steps = steps[next((depth for depth, (entry, _) in enumerate(steps) if entry.node is below), -1) + 1:]
+    return tuple(Related(entry.file, entry.node, f"`{name}` called here") for entry, name in steps)
+
+
+def _entries(flow: Flow, event: Event) -> list[Event]:
+    """The ENTER event of each call in `event.call_sites`, outermost first: it knows the call's file,
+    statement and block, which the call node alone does not."""
+    from fsdplint.model import ENTER
+
+    entries: list[Event] = []
+    for depth, call in enumerate(event.call_sites):
+        outer_calls = event.call_sites[:depth]
+        entry = next((e for e in flow.of_kind(ENTER) if e.node is call and len(e.call_sites) == depth
+                      and all(a is b for a, b in zip(e.call_sites, outer_calls))), None)
+        if entry is None:
+            break
+        entries.append(entry)
+    return entries
 
 
 def code(event: Event, node: cst.CSTNode) -> str:

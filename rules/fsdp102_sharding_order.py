@@ -55,7 +55,7 @@ class ShardingOrder(Rule):
 
     def _top_down(self, flow) -> Iterable[Finding]:
         from fsdplint.fixes import Fix, MoveAfter
-        from fsdplint.rulekit import anchor_in_block, code, is_simple_statement, via, where
+        from fsdplint.rulekit import anchor_in_block, at, calls, code, is_simple_statement, via, where
 
         shards = list(flow.shard_events(fsdp=2))
         for root_event in shards:
@@ -76,14 +76,15 @@ class ShardingOrder(Rule):
                 for event in late:
                     yield Finding(event.file, event.node,
                                   f"`{code(event, event.node.args[0].value)}` is sharded after its root "
-                                  f"(sharded at {where(root_event)}){via(event)}: apply `fully_shard` bottom-up", fix)
+                                  f"(sharded at {where(root_event)}){via(event)}: apply `fully_shard` bottom-up", fix,
+                                  related=(at(root_event, "root sharded here"), *calls(flow, event)))
 
     def _root_never_sharded(self, flow) -> Iterable[Finding]:
         import libcst as cst
 
         from fsdplint.fixes import Fix, InsertAfter, parse_statements
         from fsdplint.model import Ref
-        from fsdplint.rulekit import code, local_name, statement_after_loops, via
+        from fsdplint.rulekit import calls, code, local_name, statement_after_loops, via
 
         shards = list(flow.shard_events(fsdp=2))
         roots = {Ref(t.root) for e in shards for t in e.targets if t.is_submodule}
@@ -109,7 +110,7 @@ class ShardingOrder(Rule):
                           operations=[InsertAfter(anchor, statement)])
             yield Finding(last.file, last.node,
                           f"blocks of `{name or root.name}` are sharded but `{name or root.name}` itself never is{via(last)}: "
-                          f"its own parameters stay plain tensors whose gradients are never reduced", fix)
+                          f"its own parameters stay plain tensors whose gradients are never reduced", fix, related=calls(flow, last))
 
     @staticmethod
     def _replaced_between(flow, module, start: int, end: int) -> bool:

@@ -53,7 +53,7 @@ class OptimizerBeforeSharding(Rule):
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.fixes import Fix, MoveAfter
         from fsdplint.model import OPTIMIZER
-        from fsdplint.rulekit import anchor_in_block, code, is_simple_statement, via, where
+        from fsdplint.rulekit import anchor_in_block, at, calls, code, is_simple_statement, via, where
 
         for flow in program.flows:
             for optimizer in flow.of_kind(OPTIMIZER):
@@ -72,7 +72,8 @@ class OptimizerBeforeSharding(Rule):
                     api = "fully_shard" if later[0].kind == "shard" else "FullyShardedDataParallel"
                     yield Finding(optimizer.file, optimizer.node,
                                   f"the optimizer is built before `{api}` replaces the parameters it holds "
-                                  f"(at {where(later[0])}){via(optimizer)}: it will update nothing; build it after sharding", fix)
+                                  f"(at {where(later[0])}){via(optimizer)}: it will update nothing; build it after sharding", fix,
+                                  related=(at(later[0], "sharded here"), *calls(flow, optimizer)))
                     break
 
     @staticmethod

@@ -51,7 +51,7 @@ class ForwardBeforeOptimizer(Rule):
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.fixes import Fix, InsertBefore, parse_statements
         from fsdplint.model import CALL_VALUE, METHOD, OPTIMIZER
-        from fsdplint.rulekit import code, is_simple_statement, via, where
+        from fsdplint.rulekit import at, calls, code, is_simple_statement, via, where
 
         for flow in program.flows:
             for optimizer in flow.of_kind(OPTIMIZER):
@@ -76,5 +76,6 @@ class ForwardBeforeOptimizer(Rule):
                                   operations=[InsertBefore(optimizer.statement, parse_statements(optimizer.file, f"{name}.reshard()\n"))])
                     yield Finding(optimizer.file, optimizer.node,
                                   f"`{name}` ran a forward (at {where(forward)}) after `fully_shard` and was not resharded, so this "
-                                  f"optimizer gets its unsharded root parameters, which never update{via(optimizer)}; call `{name}.reshard()` first", fix)
+                                  f"optimizer gets its unsharded root parameters, which never update{via(optimizer)}; call `{name}.reshard()` first", fix,
+                                  related=(at(forward, "forward here"), *calls(flow, optimizer)))
                     break

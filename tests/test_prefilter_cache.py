@@ -44,7 +44,7 @@ def _engine(prefilter: bool = True, select: str = "ALL") -> Engine:
 def _shown(diagnostics: list[Diagnostic]) -> list[tuple]:
     """Everything a report prints of a diagnostic."""
     return [(d.path, d.line, d.column, d.end_line, d.end_column, d.code, d.message, d.severity.value, d.source_lines,
-             d.fix_applicability, d.fix.message if d.fix else None, d.edits) for d in diagnostics]
+             d.fix_applicability, d.fix.message if d.fix else None, d.edits, d.related) for d in diagnostics]
 
 
 def _check(root: Path, engine: Engine):
