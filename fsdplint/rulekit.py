@@ -68,6 +68,23 @@ def calls(flow: Flow, event: Event, below: cst.Call | None = None) -> tuple[Rela
     return tuple(Related(entry.file, entry.node, f"`{name}` called here") for entry, name in steps)
 
 
+def caller_site(flow: Flow, event: Event, other: Event) -> Event | None:
+    """The call, in the deepest function that runs both `event` and `other`, into the helper holding
+    `event` (its ENTER event). That caller orders the two: a finding about their order belongs on its
+    call, not on the helper's line, which is right. None when `event` is in that function itself, or
+    the call is a decorator's wrapper calling the function it wraps (not the user's call)."""
+    shared = 0
+    while shared < min(len(event.call_sites), len(other.call_sites)) and event.call_sites[shared] is other.call_sites[shared]:
+        shared += 1
+    entries = _entries(flow, event)
+    if shared >= len(entries):
+        return None
+    entry = entries[shared]
+    # A wrapper's events carry the chain of the function that called the decorated one, not its own name.
+    in_wrapper = entry.function is not None and entry.function.name != entry.chain[-1]
+    return None if in_wrapper else entry
+
+
 def _entries(flow: Flow, event: Event) -> list[Event]:
     """The ENTER event of each call in `event.call_sites`, outermost first: it knows the call's file,
     statement and block, which the call node alone does not."""
@@ -89,17 +106,17 @@ def code(event: Event, node: cst.CSTNode) -> str:
 
 
 def anchor_in_block(first: Event, later: Event) -> cst.CSTNode | None:
-    """The statement of `first`'s block that holds `later` (itself, or a loop around it).
+    """The statement of `first`'s block that holds `later`: itself, a loop around it, or the call of
+    the helper it runs in.
 
-    None when they are in different files or functions, or `later` is not inside that block.
+    Both are events of one flow. None when `later` is not inside that block (in another function, or
+    in a call made elsewhere).
     """
-    if first.file is not later.file or first.chain != later.chain:
+    block = first.outer + first.parents
+    path = later.outer + later.parents + (later.statement,)
+    if len(path) <= len(block) or any(a is not b for a, b in zip(block, path)):
         return None
-    depth = len(first.parents)
-    if later.parents[:depth] != first.parents:
-        return None
-    path = later.parents + (later.statement,)
-    return _within_function(first, path[depth])
+    return _within_function(first, path[len(block)])
 
 
 def is_simple_statement(node: cst.CSTNode) -> bool:
