@@ -36,6 +36,7 @@ __all__ = [
     "Fix",
     "Position",
     "Range",
+    "RelatedLocation",
     "TextEdit",
     "apply_edits",
     "check_paths",
@@ -57,6 +58,15 @@ class Fix:
 
 
 @dataclass(frozen=True)
+class RelatedLocation:
+    """Another place a finding involves: where the module was sharded, a call that led to the finding."""
+
+    path: str
+    range: Range
+    message: str  # "sharded here"
+
+
+@dataclass(frozen=True)
 class Diagnostic:
     path: str
     code: str  # "FSDP103"
@@ -65,6 +75,7 @@ class Diagnostic:
     severity: Severity
     range: Range
     fix: Fix | None
+    related: tuple[RelatedLocation, ...] = ()
 
     @property
     def line(self) -> int:
@@ -158,6 +169,8 @@ def _public(diagnostics: list[_EngineDiagnostic]) -> list[Diagnostic]:
             severity=d.severity.value,
             range=Range(Position(d.line, d.column), Position(d.end_line, d.end_column)),
             fix=Fix(d.fix.message, d.fix_applicability, d.edits) if d.fix is not None and d.edits else None,
+            related=tuple(RelatedLocation(r.path, Range(Position(r.line, r.column), Position(r.end_line, r.end_column)), r.message)
+                          for r in d.related),
         )
         for d in diagnostics
     ]

@@ -20,7 +20,7 @@ from fsdplint.distributed import DISTRIBUTED_MARKERS
 from fsdplint.edits import Position, Range, TextEdit, text_edits
 from fsdplint.noqa import NOQA_TOKEN, OUR_PREFIX, Suppressions, may_hold_our_noqa, parse_suppressions
 from fsdplint.plan import Plan, Unit, make_plan, module_name_for
-from fsdplint.rule import Finding, Rule, RuleSet, Severity
+from fsdplint.rule import Finding, Related, Rule, RuleSet, Severity
 from fsdplint.source import SourceError, SourceFile, decode_source, split_lines
 
 if TYPE_CHECKING:
@@ -55,6 +55,18 @@ class FixSummary:
     safe: bool
 
 
+@dataclass(frozen=True)
+class RelatedLocation:
+    """Another place a finding involves, resolved: 1-based line and column, ending just past it."""
+
+    path: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    message: str
+
+
 @dataclass(eq=False)
 class Diagnostic:
     path: str
@@ -72,6 +84,7 @@ class Diagnostic:
     edits: tuple[TextEdit, ...] = ()
     source_lines: list[str] = field(default_factory=list)  # the lines line..end_line; none when there is no text to show
     file: FileModel | None = field(default=None, repr=False)
+    related: tuple[RelatedLocation, ...] = ()  # where the module was sharded, the calls that led here...
 
     @property
     def fix_applicability(self) -> str | None:
@@ -403,11 +416,13 @@ class Engine:
 
     @staticmethod
     def _located(rule: Rule, program: Program) -> list[Finding]:
-        """The rule's findings, each with its position resolved (a node outside the tree fails here)."""
+        """The rule's findings, each with its positions resolved (a node outside the tree fails here)."""
         findings = list(rule.check(program))
         for finding in findings:
             finding.rule_code = rule.code
             finding.file.position(finding.node)
+            for related in finding.related:
+                related.file.position(related.node)
         return findings
 
     def _to_diagnostics(self, findings: list[Finding], errors: list[Diagnostic]) -> list[Diagnostic]:
@@ -441,6 +456,7 @@ class Engine:
                 edits=edits,
                 source_lines=_lines(finding.file.source.text, position.start.line, position.end.line),
                 file=finding.file,
+                related=tuple(_resolved(related) for related in finding.related),
             )
         return list(diagnostics.values())
 
@@ -553,6 +569,12 @@ def _fixed_text(model: FileModel, diagnostics: list[Diagnostic]) -> tuple[str | 
     return (text, None) if parses(text) else (None, None)
 
 
+def _resolved(related: Related) -> RelatedLocation:
+    position = related.file.position(related.node)
+    return RelatedLocation(related.file.display, position.start.line, position.start.column + 1, position.end.line, position.end.column + 1,
+                           related.message)
+
+
 def _edits_of(file: FileModel, fix: Fix) -> tuple[TextEdit, ...]:
     from fsdplint.fixes import apply_fixes
 
@@ -632,7 +654,8 @@ def _to_record(diagnostic: Diagnostic) -> dict:
 def _from_record(record: dict) -> Diagnostic:
     fix = record["fix"]
     edits = tuple(TextEdit(Range(Position(line, column), Position(end_line, end_column)), text) for line, column, end_line, end_column, text in record["edits"])
-    return Diagnostic(**{**record, "severity": Severity(record["severity"]), "fix": FixSummary(*fix) if fix else None, "edits": edits})
+    related = tuple(RelatedLocation(**location) for location in record["related"])
+    return Diagnostic(**{**record, "severity": Severity(record["severity"]), "fix": FixSummary(*fix) if fix else None, "edits": edits, "related": related})
 
 
 _worker_engine: Engine | None = None

@@ -83,6 +83,8 @@ def full(diagnostics: list[Diagnostic], ruleset: RuleSet, options: RenderOptions
     for d in diagnostics:
         gutter = " " * len(str(d.line + max(len(d.source_lines), 1) - 1))
         lines = [f"{_header(d, options)} [{d.severity.value}] {d.message}", *_underlined(d, options)]
+        # The other places, as ruff adds notes: `= note: train.py:12:5: sharded here`.
+        lines += [f"{gutter} {options.style('= note', 'bold', 'cyan')}: {r.path}:{r.line}:{r.column}: {r.message}" for r in d.related]
         if d.fix is not None:
             help_line = f"{gutter} {options.style('= help', 'bold', 'cyan')}: {d.fix.message}" + ("" if d.fix.safe else " (unsafe fix)")
             lines.append(help_line)
@@ -161,6 +163,12 @@ def _json_item(d: Diagnostic) -> dict:
             } for edit in d.edits],
         },
         "url": DOCS_URL.format(code=d.code),
+        "related": [{
+            "filename": related.path,
+            "location": {"row": related.line, "column": related.column},
+            "end_location": {"row": related.end_line, "column": related.end_column},
+            "message": related.message,
+        } for related in d.related],
     }
 
 
@@ -208,13 +216,14 @@ def sarif(diagnostics: list[Diagnostic], ruleset: RuleSet, options: RenderOption
             "ruleIndex": used.index(d.code),
             "level": d.severity.value,
             "message": {"text": d.message},
-            "locations": [{
-                "physicalLocation": {
-                    "artifactLocation": {"uri": uri},
-                    "region": {"startLine": d.line, "startColumn": d.column, "endLine": d.end_line, "endColumn": d.end_column},
-                }
-            }],
+            "locations": [{"physicalLocation": _sarif_location(d.path, d.line, d.column, d.end_line, d.end_column)}],
         }
+        if d.related:
+            result["relatedLocations"] = [{
+                "id": number,
+                "physicalLocation": _sarif_location(related.path, related.line, related.column, related.end_line, related.end_column),
+                "message": {"text": related.message},
+            } for number, related in enumerate(d.related)]
         if d.fix is not None and d.edits:
             result["fixes"] = [{
                 "description": {"text": d.fix.message + ("" if d.fix.safe else " (unsafe fix: check the result)")},
@@ -231,6 +240,13 @@ def sarif(diagnostics: list[Diagnostic], ruleset: RuleSet, options: RenderOption
         }],
     }
     return json.dumps(document, indent=2) + "\n"
+
+
+def _sarif_location(path: str, line: int, column: int, end_line: int, end_column: int) -> dict:
+    return {
+        "artifactLocation": {"uri": path.replace("\\", "/")},
+        "region": {"startLine": line, "startColumn": column, "endLine": end_line, "endColumn": end_column},
+    }
 
 
 def _sarif_replacement(edit: TextEdit) -> dict:

@@ -37,9 +37,20 @@ class FixAvailability(str, enum.Enum):
 DOC_SECTIONS = ("What it does", "Why is this bad?", "Example", "Use instead", "Fix safety", "References")
 
 
+@dataclass(frozen=True)
+class Related:
+    """Another place a finding involves (where the module was sharded, a call that led to the finding),
+    with what happened there: "sharded here"."""
+
+    file: FileModel
+    node: cst.CSTNode
+    message: str
+
+
 @dataclass
 class Finding:
-    """What a rule reports: a node in a file, a message, and maybe a fix."""
+    """What a rule reports: a node in a file (where the user must change the code), a message, maybe a
+    fix, and the other places involved."""
 
     file: FileModel
     node: cst.CSTNode
@@ -47,6 +58,7 @@ class Finding:
     fix: Fix | None = None
     severity: Severity | None = None  # None: the rule's own severity
     rule_code: str = ""  # set by the engine
+    related: tuple[Related, ...] = ()
 
 
 class Rule:

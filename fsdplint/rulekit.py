@@ -10,6 +10,7 @@ if TYPE_CHECKING:
 
     from fsdplint.fixes import Fix
     from fsdplint.model import Event, FileModel, Flow, FunctionInfo, Ref, Value
+    from fsdplint.rule import Related
 
 
 # torch.nn classes that hold blocks, unlike single layers such as torch.nn.Linear.
@@ -48,22 +49,74 @@ def via(event: Event) -> str:
     return f" (via {' → '.join(event.chain)})" if len(event.chain) > 1 else ""
 
 
+def at(event: Event, message: str) -> Related:
+    """The place of `event`, as a related location of a finding elsewhere ("sharded here")."""
+    from fsdplint.rule import Related
+
+    return Related(event.file, event.node, message)
+
+
+def calls(flow: Flow, event: Event, below: cst.Call | None = None) -> tuple[Related, ...]:
+    """The calls that led from the flow's own function into the helper holding `event`, outermost
+    first, as related locations ("`setup` called here"); with `below`, the call a finding is reported
+    on, only the calls under it."""
+    from fsdplint.rule import Related
+
+    steps = list(zip(_entries(flow, event), event.chain[1:]))
+    if below is not None:
+        steps = steps[next((depth for depth, (entry, _) in enumerate(steps) if entry.node is below), -1) + 1:]
+    return tuple(Related(entry.file, entry.node, f"`{name}` called here") for entry, name in steps)
+
+
+def caller_site(flow: Flow, event: Event, other: Event) -> Event | None:
+    """The call, in the deepest function that runs both `event` and `other`, into the helper holding
+    `event` (its ENTER event). That caller orders the two: a finding about their order belongs on its
+    call, not on the helper's line, which is right. None when `event` is in that function itself, or
+    the call is a decorator's wrapper calling the function it wraps (not the user's call)."""
+    shared = 0
+    while shared < min(len(event.call_sites), len(other.call_sites)) and event.call_sites[shared] is other.call_sites[shared]:
+        shared += 1
+    entries = _entries(flow, event)
+    if shared >= len(entries):
+        return None
+    entry = entries[shared]
+    # A wrapper's events carry the chain of the function that called the decorated one, not its own name.
+    in_wrapper = entry.function is not None and entry.function.name != entry.chain[-1]
+    return None if in_wrapper else entry
+
+
+def _entries(flow: Flow, event: Event) -> list[Event]:
+    """The ENTER event of each call in `event.call_sites`, outermost first: it knows the call's file,
+    statement and block, which the call node alone does not."""
+    from fsdplint.model import ENTER
+
+    entries: list[Event] = []
+    for depth, call in enumerate(event.call_sites):
+        outer_calls = event.call_sites[:depth]
+        entry = next((e for e in flow.of_kind(ENTER) if e.node is call and len(e.call_sites) == depth
+                      and all(a is b for a, b in zip(e.call_sites, outer_calls))), None)
+        if entry is None:
+            break
+        entries.append(entry)
+    return entries
+
+
 def code(event: Event, node: cst.CSTNode) -> str:
     return event.file.code(node).strip()
 
 
 def anchor_in_block(first: Event, later: Event) -> cst.CSTNode | None:
-    """The statement of `first`'s block that holds `later` (itself, or a loop around it).
+    """The statement of `first`'s block that holds `later`: itself, a loop around it, or the call of
+    the helper it runs in.
 
-    None when they are in different files or functions, or `later` is not inside that block.
+    Both are events of one flow. None when `later` is not inside that block (in another function, or
+    in a call made elsewhere).
     """
-    if first.file is not later.file or first.chain != later.chain:
+    block = first.outer + first.parents
+    path = later.outer + later.parents + (later.statement,)
+    if len(path) <= len(block) or any(a is not b for a, b in zip(block, path)):
         return None
-    depth = len(first.parents)
-    if later.parents[:depth] != first.parents:
-        return None
-    path = later.parents + (later.statement,)
-    return _within_function(first, path[depth])
+    return _within_function(first, path[len(block)])
 
 
 def is_simple_statement(node: cst.CSTNode) -> bool:

@@ -126,6 +126,10 @@ def _lsp_diagnostic(diagnostic: api.Diagnostic, lines: list[str], document: Text
         code_description=types.CodeDescription(href=DOCS_URL.format(code=diagnostic.code)),
         source=SOURCE,
         tags=[types.DiagnosticTag.Unnecessary] if diagnostic.code in _UNNECESSARY else None,
+        # The document is checked alone, so every other place a finding involves is in it.
+        related_information=[types.DiagnosticRelatedInformation(
+            location=types.Location(uri=document.uri, range=_lsp_range(related.range, lines, document)), message=related.message)
+            for related in diagnostic.related] or None,
     )
 
 

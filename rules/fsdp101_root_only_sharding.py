@@ -48,7 +48,7 @@ class RootOnlySharding(Rule):
     fix_availability = FixAvailability.NONE
 
     def check(self, program) -> Iterable[Finding]:
-        from fsdplint.rulekit import code, forwardless_container, is_leaf_or_part, via
+        from fsdplint.rulekit import calls, code, forwardless_container, is_leaf_or_part, via
 
         for flow in program.flows:
             if not flow.is_entry:
@@ -70,4 +70,4 @@ class RootOnlySharding(Rule):
                 yield Finding(event.file, event.node,
                               f"`{name}` is sharded as a single unit with no sub-module sharded first{via(event)}: "
                               f"all its parameters are gathered at once; shard its repeated blocks first, if it has any "
-                              f"(such as `for block in {name}.layers: fully_shard(block)`)")
+                              f"(such as `for block in {name}.layers: fully_shard(block)`)", related=calls(flow, event))

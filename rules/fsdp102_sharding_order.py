@@ -18,6 +18,9 @@ class ShardingOrder(Rule):
     root leaves the root's own parameters (embeddings, final norm, output layer) as plain tensors
     whose gradients are never reduced: the ranks silently diverge after the first step.
 
+    When a helper shards the blocks and its caller calls it after sharding the root, the call is
+    reported (the helper is right), with the blocks' `fully_shard` as a related location.
+
     ## Example
     ```python
     fully_shard(model)
@@ -55,7 +58,7 @@ class ShardingOrder(Rule):
 
     def _top_down(self, flow) -> Iterable[Finding]:
         from fsdplint.fixes import Fix, MoveAfter
-        from fsdplint.rulekit import anchor_in_block, code, is_simple_statement, via, where
+        from fsdplint.rulekit import anchor_in_block, at, caller_site, calls, code, is_simple_statement, via, where
 
         shards = list(flow.shard_events(fsdp=2))
         for root_event in shards:
@@ -74,16 +77,25 @@ class ShardingOrder(Rule):
                     fix = Fix("Move the root's `fully_shard` after its blocks'", safe=False,
                               operations=[MoveAfter(root_event.statement, anchor)])
                 for event in late:
-                    yield Finding(event.file, event.node,
-                                  f"`{code(event, event.node.args[0].value)}` is sharded after its root "
-                                  f"(sharded at {where(root_event)}){via(event)}: apply `fully_shard` bottom-up", fix)
+                    block = code(event, event.node.args[0].value)
+                    root_here = at(root_event, "root sharded here")
+                    # A helper that shards blocks is right; its caller calls it after sharding the root.
+                    helper_call = caller_site(flow, event, root_event)
+                    if helper_call is None:
+                        yield Finding(event.file, event.node, f"`{block}` is sharded after its root "
+                                      f"(sharded at {where(root_event)}){via(event)}: apply `fully_shard` bottom-up", fix,
+                                      related=(root_here, *calls(flow, event)))
+                        continue
+                    yield Finding(helper_call.file, helper_call.node, f"`{code(helper_call, helper_call.node.func)}(...)` shards `{block}` "
+                                  f"after its root (sharded at {where(root_event)}){via(event)}: apply `fully_shard` bottom-up", fix,
+                                  related=(root_here, at(event, "block sharded here"), *calls(flow, event, below=helper_call.node)))
 
     def _root_never_sharded(self, flow) -> Iterable[Finding]:
         import libcst as cst
 
         from fsdplint.fixes import Fix, InsertAfter, parse_statements
         from fsdplint.model import Ref
-        from fsdplint.rulekit import code, local_name, statement_after_loops, via
+        from fsdplint.rulekit import calls, code, local_name, statement_after_loops, via
 
         shards = list(flow.shard_events(fsdp=2))
         roots = {Ref(t.root) for e in shards for t in e.targets if t.is_submodule}
@@ -109,7 +121,7 @@ class ShardingOrder(Rule):
                           operations=[InsertAfter(anchor, statement)])
             yield Finding(last.file, last.node,
                           f"blocks of `{name or root.name}` are sharded but `{name or root.name}` itself never is{via(last)}: "
-                          f"its own parameters stay plain tensors whose gradients are never reduced", fix)
+                          f"its own parameters stay plain tensors whose gradients are never reduced", fix, related=calls(flow, last))
 
     @staticmethod
     def _replaced_between(flow, module, start: int, end: int) -> bool:

@@ -52,7 +52,7 @@ class ForwardBypassesHooks(Rule):
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.fixes import Fix, Replace
         from fsdplint.model import CALL, METHOD
-        from fsdplint.rulekit import code, via, where
+        from fsdplint.rulekit import at, calls, code, via, where
 
         for flow in program.flows:
             registered = {
@@ -73,9 +73,11 @@ class ForwardBypassesHooks(Rule):
                               operations=[Replace(event.node, lambda call: call.with_changes(func=call.func.value))])
                     yield Finding(event.file, event.node,
                                   f"`{receiver}.forward(...)` skips FSDP2's hooks, so its parameters are never all-gathered "
-                                  f"(sharded at {where(shard)}){via(event)}; call `{receiver}(...)`", fix)
+                                  f"(sharded at {where(shard)}){via(event)}; call `{receiver}(...)`", fix,
+                                  related=(at(shard, "sharded here"), *calls(flow, event)))
                 else:
                     yield Finding(event.file, event.node,
                                   f"`{receiver}.{event.method}(...)` runs the forward without FSDP2's hooks "
                                   f"(sharded at {where(shard)}){via(event)}; call "
-                                  f"`register_fsdp_forward_method({receiver}, \"{event.method}\")` after sharding")
+                                  f"`register_fsdp_forward_method({receiver}, \"{event.method}\")` after sharding",
+                                  related=(at(shard, "sharded here"), *calls(flow, event)))

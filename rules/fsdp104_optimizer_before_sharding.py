@@ -22,6 +22,9 @@ class OptimizerBeforeSharding(Rule):
 
     Frameworks that re-bind the optimizer to the wrapped model
     (`accelerator.prepare(model, optimizer)`, `fabric.setup(model, optimizer)`) are not reported.
+    When a helper builds the optimizer (`optimizer = build_optimizer(model)` before
+    `apply_fsdp(model)`), the helper is right and its caller calls it too early: the call is
+    reported, with the optimizer's line in the helper as a related location.
 
     ## Example
     ```python
@@ -36,8 +39,9 @@ class OptimizerBeforeSharding(Rule):
     ```
 
     ## Fix safety
-    Unsafe: the fix moves the optimizer's construction after the last sharding call of the same
-    block. It is offered only when nothing uses the optimizer in between.
+    Unsafe: the fix moves the optimizer's construction (or the call of the helper that builds it)
+    after the last sharding call of the same block (or the call of the helper that shards). It is
+    offered only when nothing uses the optimizer in between.
 
     ## References
     - [FSDP2 tutorial](https://pytorch.org/tutorials/intermediate/FSDP_tutorial.html)
@@ -53,7 +57,7 @@ class OptimizerBeforeSharding(Rule):
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.fixes import Fix, MoveAfter
         from fsdplint.model import OPTIMIZER
-        from fsdplint.rulekit import anchor_in_block, code, is_simple_statement, via, where
+        from fsdplint.rulekit import anchor_in_block, at, caller_site, calls, code, is_simple_statement, via, where
 
         for flow in program.flows:
             for optimizer in flow.of_kind(OPTIMIZER):
@@ -62,17 +66,26 @@ class OptimizerBeforeSharding(Rule):
                              and any(module.is_within(t) or t.is_within(module) for t in e.targets)]
                     if not later or self._rebuilt_or_rebound(flow, optimizer, module, later[0].index):
                         continue
+                    # A helper that builds the optimizer is right; its caller calls it too early.
+                    helper_call = caller_site(flow, optimizer, later[0])
+                    built = helper_call or optimizer
                     fix = None
-                    anchor = anchor_in_block(optimizer, later[-1])
+                    anchor = anchor_in_block(built, later[-1])
                     uses = [e for e in flow.events[optimizer.index + 1:later[-1].index]
                             if optimizer.binding and any(r.root == optimizer.binding.root for r in (*e.targets, *e.arg_refs()))]
-                    if anchor is not None and is_simple_statement(optimizer.statement) and not uses and "parameters(" in code(optimizer, optimizer.node):
+                    if anchor is not None and is_simple_statement(built.statement) and not uses and "parameters(" in code(optimizer, optimizer.node):
                         fix = Fix("Build the optimizer after the model is sharded", safe=False,
-                                  operations=[MoveAfter(optimizer.statement, anchor)])
+                                  operations=[MoveAfter(built.statement, anchor)])
                     api = "fully_shard" if later[0].kind == "shard" else "FullyShardedDataParallel"
-                    yield Finding(optimizer.file, optimizer.node,
-                                  f"the optimizer is built before `{api}` replaces the parameters it holds "
-                                  f"(at {where(later[0])}){via(optimizer)}: it will update nothing; build it after sharding", fix)
+                    if helper_call is None:
+                        what, related = "the optimizer is built", (at(later[0], "sharded here"), *calls(flow, optimizer))
+                    else:
+                        what = f"`{code(helper_call, helper_call.node.func)}(...)` builds the optimizer"
+                        related = (at(optimizer, "optimizer built here"), at(later[0], "sharded here"), *calls(flow, optimizer, below=helper_call.node))
+                    yield Finding(built.file, built.node,
+                                  f"{what} before `{api}` replaces the parameters it holds "
+                                  f"(at {where(later[0])}){via(optimizer)}: it will update nothing; build it after sharding", fix,
+                                  related=related)
                     break
 
     @staticmethod

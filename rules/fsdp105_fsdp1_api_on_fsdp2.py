@@ -61,7 +61,7 @@ class Fsdp1ApiOnFsdp2Module(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL, METHOD
-        from fsdplint.rulekit import code, no_sync_fix, via, where
+        from fsdplint.rulekit import at, calls, code, no_sync_fix, via, where
 
         for flow in program.flows:
             for event in flow.of_kind(METHOD, CALL):
@@ -80,7 +80,8 @@ class Fsdp1ApiOnFsdp2Module(Rule):
                 advice = _FSDP1_METHODS[method].format(m=receiver)
                 yield Finding(event.file, event.node,
                               f"`{method}` is FSDP1 API but `{receiver}` is sharded with `fully_shard` "
-                              f"(at {where(shard)}){via(event)}: {advice}", fix)
+                              f"(at {where(shard)}){via(event)}: {advice}", fix,
+                              related=(at(shard, "sharded here"), *calls(flow, event)))
             yield from self._sync_never_restored(flow)
 
     @staticmethod
@@ -88,7 +89,7 @@ class Fsdp1ApiOnFsdp2Module(Rule):
         import libcst as cst
 
         from fsdplint.model import METHOD
-        from fsdplint.rulekit import code, via
+        from fsdplint.rulekit import at, calls, code, via
 
         def sets_sync(event) -> str | None:
             """'off', 'on' or None for a `set_requires_gradient_sync` call."""
@@ -108,5 +109,6 @@ class Fsdp1ApiOnFsdp2Module(Rule):
                     yield Finding(event.file, event.node,
                                   f"gradient sync of `{receiver}` is turned off and not turned back on before "
                                   f"`{code(later, later.node.func.value)}.step()`{via(event)}: those gradients are never reduced; "
-                                  f"call `{receiver}.set_requires_gradient_sync(True)` before the last backward")
+                                  f"call `{receiver}.set_requires_gradient_sync(True)` before the last backward",
+                                  related=(at(later, "step here"), *calls(flow, event)))
                     break

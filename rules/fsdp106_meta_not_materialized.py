@@ -59,7 +59,7 @@ class MetaNotMaterialized(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL, CALL_VALUE, META, METHOD
-        from fsdplint.rulekit import code, via
+        from fsdplint.rulekit import calls, code, via
 
         for flow in program.flows:
             for meta in flow.of_kind(META):
@@ -80,12 +80,14 @@ class MetaNotMaterialized(Rule):
                     elif event.kind == METHOD and event.method in ("to", "cuda") and state == "meta":
                         yield Finding(event.file, event.node,
                                       f"`{code(event, event.node.func.value)}` is on the meta device{via(event)}: `.{event.method}()` "
-                                      f"fails with `Cannot copy out of meta tensor`; use `to_empty(device=...)` then initialize the weights")
+                                      f"fails with `Cannot copy out of meta tensor`; use `to_empty(device=...)` then initialize the weights",
+                                      related=calls(flow, event))
                         break
                     elif event.kind == CALL_VALUE and event.target == model:
                         why = ("its parameters are still on the meta device" if state == "meta"
                                else "`to_empty` gave it uninitialized memory and nothing initialized it")
                         yield Finding(event.file, event.node,
                                       f"`{code(event, event.node.func)}` was built on the meta device and is run before its weights "
-                                      f"are materialized{via(event)}: {why}; call `to_empty(device=...)` then `reset_parameters()`/`init_weights()`")
+                                      f"are materialized{via(event)}: {why}; call `to_empty(device=...)` then `reset_parameters()`/`init_weights()`",
+                                      related=calls(flow, event))
                         break

@@ -47,7 +47,7 @@ class ContainerPassedToFullyShard(Rule):
         import libcst as cst
 
         from fsdplint.fixes import Fix, Replace
-        from fsdplint.rulekit import FORWARDLESS_CONTAINERS, code, forwardless_container, is_simple_statement, unused_name, via
+        from fsdplint.rulekit import FORWARDLESS_CONTAINERS, calls, code, forwardless_container, is_simple_statement, unused_name, via
 
         for flow in program.flows:
             for event in flow.shard_events(fsdp=2):
@@ -73,4 +73,5 @@ class ContainerPassedToFullyShard(Rule):
                     fix = Fix(f"Shard each module of `{text}` in a loop", safe=True, operations=[Replace(statement, loop)])
                 yield Finding(event.file, event.node,
                               f"`{text}` is an `nn.{kind}`, which has no forward{via(event)}: `fully_shard` raises "
-                              f"`ValueError`; shard each module: `for layer in {text}{FORWARDLESS_CONTAINERS[kind]}: fully_shard(layer)`", fix)
+                              f"`ValueError`; shard each module: `for layer in {text}{FORWARDLESS_CONTAINERS[kind]}: fully_shard(layer)`", fix,
+                              related=calls(flow, event))

@@ -17,7 +17,8 @@ class ForwardBeforeOptimizer(Rule):
     DTensor parameters, so `model.parameters()` mixes DTensor and plain `Parameter` objects and the
     root's parameters are never updated. Nothing fails: the model just trains worse. A backward
     after the forward reshards the root again, so a training step before the optimizer is not
-    reported.
+    reported. When a helper builds the optimizer, the caller's call of it is reported (the helper
+    is right), with the optimizer's line in the helper as a related location.
 
     ## Example
     ```python
@@ -51,7 +52,7 @@ class ForwardBeforeOptimizer(Rule):
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.fixes import Fix, InsertBefore, parse_statements
         from fsdplint.model import CALL_VALUE, METHOD, OPTIMIZER
-        from fsdplint.rulekit import code, is_simple_statement, via, where
+        from fsdplint.rulekit import at, caller_site, calls, code, is_simple_statement, via, where
 
         for flow in program.flows:
             for optimizer in flow.of_kind(OPTIMIZER):
@@ -70,11 +71,20 @@ class ForwardBeforeOptimizer(Rule):
                         continue
                     forward = forwards[-1]
                     name = code(forward, forward.node.func)
+                    # A helper that builds the optimizer is right; its caller calls it before resharding.
+                    helper_call = caller_site(flow, optimizer, forward)
+                    built = helper_call or optimizer
                     fix = None
-                    if forward.chain == optimizer.chain and forward.file is optimizer.file and is_simple_statement(optimizer.statement):
+                    if forward.chain == built.chain and forward.file is built.file and is_simple_statement(built.statement):
                         fix = Fix(f"Call `{name}.reshard()` before building the optimizer", safe=True,
-                                  operations=[InsertBefore(optimizer.statement, parse_statements(optimizer.file, f"{name}.reshard()\n"))])
-                    yield Finding(optimizer.file, optimizer.node,
-                                  f"`{name}` ran a forward (at {where(forward)}) after `fully_shard` and was not resharded, so this "
-                                  f"optimizer gets its unsharded root parameters, which never update{via(optimizer)}; call `{name}.reshard()` first", fix)
+                                  operations=[InsertBefore(built.statement, parse_statements(built.file, f"{name}.reshard()\n"))])
+                    if helper_call is None:
+                        what, related = "this optimizer", (at(forward, "forward here"), *calls(flow, optimizer))
+                    else:
+                        what = f"`{code(helper_call, helper_call.node.func)}(...)` builds an optimizer that"
+                        related = (at(optimizer, "optimizer built here"), at(forward, "forward here"), *calls(flow, optimizer, below=helper_call.node))
+                    yield Finding(built.file, built.node,
+                                  f"`{name}` ran a forward (at {where(forward)}) after `fully_shard` and was not resharded, so {what} "
+                                  f"gets its unsharded root parameters, which never update{via(optimizer)}; call `{name}.reshard()` first", fix,
+                                  related=related)
                     break

@@ -43,7 +43,7 @@ class DeepcopySharded(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL
-        from fsdplint.rulekit import code, via, where
+        from fsdplint.rulekit import at, calls, code, via, where
 
         for flow in program.flows:
             for event in flow.of_kind(CALL):
@@ -53,4 +53,5 @@ class DeepcopySharded(Rule):
                 if shard is not None:
                     yield Finding(event.file, event.node,
                                   f"`{code(event, event.node.args[0].value)}` is sharded (at {where(shard)}){via(event)} and FSDP2 "
-                                  f"modules cannot be deep-copied; copy it before `fully_shard` and shard the copy")
+                                  f"modules cannot be deep-copied; copy it before `fully_shard` and shard the copy",
+                                  related=(at(shard, "sharded here"), *calls(flow, event)))

@@ -57,7 +57,7 @@ class TorchSaveShardedState(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL
-        from fsdplint.rulekit import code, via, where
+        from fsdplint.rulekit import at, calls, code, via, where
 
         for flow in program.flows:
             for event in flow.of_kind(CALL):
@@ -74,12 +74,13 @@ class TorchSaveShardedState(Rule):
                     yield Finding(event.file, event.node,
                                   f"`{what}` holds this rank's shards only (sharded at {where(sharded[0][1])}){via(event)}: the per-rank "
                                   f"files cannot be loaded on another number of ranks; prefer `torch.distributed.checkpoint.save`",
-                                  severity=Severity.WARNING)
+                                  severity=Severity.WARNING, related=(at(sharded[0][1], "sharded here"), *calls(flow, event)))
                     continue
                 yield Finding(event.file, event.node,
                               f"`{what}` holds DTensor shards (sharded at {where(sharded[0][1])}){via(event)}: the file has one rank's "
                               f"shard and a fresh process cannot load it; gather with `get_model_state_dict(..., {_OPTIONS})` "
-                              f"and save on rank 0, or use `torch.distributed.checkpoint.save`", self._fix(flow, event))
+                              f"and save on rank 0, or use `torch.distributed.checkpoint.save`", self._fix(flow, event),
+                              related=(at(sharded[0][1], "sharded here"), *calls(flow, event)))
 
     @staticmethod
     def _fix(flow, event):

@@ -54,7 +54,7 @@ class FullStateDictIntoShardedModel(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL, METHOD
-        from fsdplint.rulekit import code, via, where
+        from fsdplint.rulekit import at, calls, code, via, where
 
         for flow in program.flows:
             for event in flow.of_kind(METHOD):
@@ -69,7 +69,8 @@ class FullStateDictIntoShardedModel(Rule):
                               f"`{module}` is sharded (at {where(shard)}){via(event)} and its parameters are DTensors: loading the "
                               f"full state dict from `{code(loaded, loaded.node)}` fails with `aten.copy_.default got mixed "
                               f"torch.Tensor and DTensor`; use `set_model_state_dict({module}, ..., options={_OPTIONS})` "
-                              f"(with `broadcast_from_rank0=True` when only rank 0 reads the file)", self._fix(event, module))
+                              f"(with `broadcast_from_rank0=True` when only rank 0 reads the file)", self._fix(event, module),
+                              related=(at(shard, "sharded here"), *calls(flow, event)))
 
     @staticmethod
     def _fix(event, module: str):

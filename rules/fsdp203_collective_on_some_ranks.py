@@ -80,11 +80,12 @@ class CollectiveOnSomeRanks(Rule):
                 guard = next((g for g in reversed(event.rank_guards) if (g.condition()[0], not g.condition()[1]) not in reaching
                               and not any(_in_other_branch(other, g) for other, _ in every)), None)
                 if guard is not None:
-                    yield self._finding(event, name, guard)
+                    yield self._finding(flow, event, name, guard)
 
     @staticmethod
-    def _finding(event, name: str, guard) -> Finding:
+    def _finding(flow, event, name: str, guard) -> Finding:
         from fsdplint.model import GUARD_AFTER_EXIT, GUARD_DECORATED
+        from fsdplint.rulekit import at, calls
 
         depth = len(guard.chain)
         direct = len(event.chain) == depth
@@ -99,7 +100,8 @@ class CollectiveOnSomeRanks(Rule):
         reached = f"is {what}" if direct else f"reaches {what} ({' → '.join(event.chain[depth:] + (name,))})"
         return Finding(guard.file, node,
                        f"`{call}` {where} {reached} on some ranks only: the other ranks never join and it hangs; "
-                       f"call it on every rank and keep only the rank-0 work (the file write) under the guard")
+                       f"call it on every rank and keep only the rank-0 work (the file write) under the guard",
+                       related=() if direct else (at(event, f"`{name}` here"), *calls(flow, event, below=node)))
 
 
 def _in_other_branch(event, guard) -> bool:

@@ -54,7 +54,7 @@ class RankZeroOnlyStateUsedEverywhere(Rule):
     def check(self, program) -> Iterable[Finding]:
         from fsdplint import distributed
         from fsdplint.model import CALL
-        from fsdplint.rulekit import code, where
+        from fsdplint.rulekit import at, calls, code, where
 
         for flow in program.flows:
             if not flow.is_entry:  # a caller's rank guard is only known in the caller's flow
@@ -72,7 +72,7 @@ class RankZeroOnlyStateUsedEverywhere(Rule):
                                       f"`{code(gather, gather.node.args[0].value) if gather.node.args else 'the state dict'}`'s full state "
                                       f"dict (gathered at {where(gather)} with `cpu_offload=True`) is on rank 0 only, the other ranks "
                                       f"hold `{{}}`, and this {action} it on every rank; do it under `if rank == 0:`, or gather "
-                                      f"without `cpu_offload=True`")
+                                      f"without `cpu_offload=True`", related=(at(gather, "gathered here"), *calls(flow, use)))
 
     @staticmethod
     def _use(flow, event, state) -> str | None:

@@ -77,7 +77,7 @@ class GlobalRankAsDevice(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL, CALL_VALUE, GLOBAL_RANK, METHOD, WRAP
-        from fsdplint.rulekit import code, device_arguments, via
+        from fsdplint.rulekit import calls, code, device_arguments, via
 
         one_node = _OneNode(program)
         for flow in program.flows:
@@ -95,7 +95,7 @@ class GlobalRankAsDevice(Rule):
                     yield Finding(event.file, node,
                                   f"`{code(event, node)}` is {what}{via(event)}: on a second node it names a GPU that does "
                                   f"not exist (`invalid device ordinal`); use the local rank, `{_local_rank(value.rank)}`",
-                                  self._fix(event, node, value))
+                                  self._fix(event, node, value), related=calls(flow, event))
 
     @staticmethod
     def _fix(event, node, value):

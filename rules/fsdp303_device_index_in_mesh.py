@@ -50,7 +50,7 @@ class DeviceIndexInMesh(Rule):
 
         from fsdplint.fixes import Fix, Replace
         from fsdplint.model import CALL
-        from fsdplint.rulekit import code, via
+        from fsdplint.rulekit import calls, code, via
 
         for flow in program.flows:
             devices = {event.binding: event for event in flow.of_kind(CALL) if event.qname == "torch.device" and event.binding}
@@ -68,7 +68,7 @@ class DeviceIndexInMesh(Rule):
                 error = "`Device type with index is not supported`" if _type_only(argument) else "an error"
                 yield Finding(event.file, argument,
                               f"`init_device_mesh` takes a device type, not `{code(event, argument)}`{via(event)}: it raises "
-                              f"{error}; pass `{replacement}`", fix)
+                              f"{error}; pass `{replacement}`", fix, related=calls(flow, event))
 
 
 def _device_type_argument(call):

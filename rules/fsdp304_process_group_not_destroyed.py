@@ -60,7 +60,7 @@ class ProcessGroupNotDestroyed(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL
-        from fsdplint.rulekit import process_group_backend, script_flows, via
+        from fsdplint.rulekit import calls, process_group_backend, script_flows, via
 
         # Functions that destroy the process group, by name: a script may reach them through a call
         # the model cannot resolve (`trainer.close()`).
@@ -77,7 +77,7 @@ class ProcessGroupNotDestroyed(Rule):
             yield Finding(init.file, init.node,
                           f"the process group initialized here is never destroyed{via(init)}: it lives until the "
                           f"interpreter's teardown, where NCCL's communicators are aborted, not shut down, and exit "
-                          f"can hang; call `dist.destroy_process_group()` when the script ends")
+                          f"can hang; call `dist.destroy_process_group()` when the script ends", related=calls(flow, init))
 
 
 def _destroys(event, destroyers: set[str]) -> bool:

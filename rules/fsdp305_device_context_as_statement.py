@@ -51,7 +51,7 @@ class DeviceContextAsStatement(Rule):
 
         from fsdplint.fixes import AddImport, Fix, Replace
         from fsdplint.model import CALL
-        from fsdplint.rulekit import code, is_simple_statement, via
+        from fsdplint.rulekit import calls, code, is_simple_statement, via
 
         for flow in program.flows:
             for event in flow.of_kind(CALL):
@@ -70,4 +70,4 @@ class DeviceContextAsStatement(Rule):
                 yield Finding(event.file, event.node,
                               f"`{code(event, event.node)}` is a context manager: alone on a line it sets no device{via(event)}; "
                               f"call `{setter_call}(...)`",
-                              Fix(f"Call `{setter_call}`", safe=True, operations=operations))
+                              Fix(f"Call `{setter_call}`", safe=True, operations=operations), related=calls(flow, event))

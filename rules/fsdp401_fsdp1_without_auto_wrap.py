@@ -55,7 +55,7 @@ class Fsdp1WithoutAutoWrap(Rule):
     trigger_tokens = ("FullyShardedDataParallel",)
 
     def check(self, program) -> Iterable[Finding]:
-        from fsdplint.rulekit import code, is_leaf_or_part, shards_nothing, via
+        from fsdplint.rulekit import calls, code, is_leaf_or_part, shards_nothing, via
 
         for flow in program.flows:
             if not flow.is_entry:
@@ -78,7 +78,7 @@ class Fsdp1WithoutAutoWrap(Rule):
                 yield Finding(event.file, event.node,
                               f"`{name}` is wrapped in `FullyShardedDataParallel` {problem}{via(event)}: the whole model is one "
                               f"flat unit, all-gathered at once; pass `auto_wrap_policy=ModuleWrapPolicy({{Block}})` "
-                              f"with the model's block class")
+                              f"with the model's block class", related=calls(flow, event))
 
     def _policy_problem(self, program, flow, event) -> str | None:
         """Why the call wraps one unit: "with no `auto_wrap_policy`", "…whose `recurse` is ignored", else None."""

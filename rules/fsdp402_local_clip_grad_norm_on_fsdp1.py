@@ -61,7 +61,7 @@ class LocalClipGradNormOnFsdp1(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL, FSDP1_WRAPPER
-        from fsdplint.rulekit import code, shards_nothing, via, where
+        from fsdplint.rulekit import at, calls, code, shards_nothing, via, where
 
         for flow in program.flows:
             for event in flow.of_kind(CALL):
@@ -80,7 +80,8 @@ class LocalClipGradNormOnFsdp1(Rule):
                 yield Finding(event.file, event.node,
                               f"`torch.nn.utils.clip_grad_norm_` on `{code(event, parameters)}`, of a module wrapped in "
                               f"`FullyShardedDataParallel` (at {where(wrap)}){via(event)}: each rank clips by the norm of its "
-                              f"own gradient shard; call {advice}, which reduces the norm over all ranks", self._fix(event, root))
+                              f"own gradient shard; call {advice}, which reduces the norm over all ranks", self._fix(event, root),
+                              related=(at(wrap, "wrapped here"), *calls(flow, event)))
 
     @staticmethod
     def _fix(event, root):

@@ -72,7 +72,7 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
 
     def _plain_scalers(self, flow) -> Iterable[Finding]:
         from fsdplint.model import CALL, METHOD, Value
-        from fsdplint.rulekit import via, where
+        from fsdplint.rulekit import at, calls, via, where
 
         for scaler in flow.of_kind(CALL):
             if scaler.qname not in _GRAD_SCALERS or scaler.binding is None:
@@ -91,7 +91,7 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
                           f"`{scaler.qname}` steps an optimizer over a model wrapped in `FullyShardedDataParallel` "
                           f"(at {where(wrap)}){via(scaler)}: it checks only this rank's gradient shards for overflow, so ranks "
                           f"skip different steps and drift apart; use `ShardedGradScaler` from `{_SHARDED_SCALER_MODULE}`",
-                          self._fix(scaler))
+                          self._fix(scaler), related=(at(wrap, "wrapped here"), *calls(flow, scaler)))
 
     @staticmethod
     def _fix(scaler):
@@ -114,7 +114,7 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
         policy is often a module constant of a policies file (`fpSixteen = MixedPrecision(...)`),
         picked by a function at run time, so the program as a whole is what is judged."""
         from fsdplint.model import CALL
-        from fsdplint.rulekit import where
+        from fsdplint.rulekit import at, where
 
         calls = [event for flow in program.flows for event in flow.of_kind(CALL)]
         wraps = [event for flow in program.flows for event in flow.shard_events(fsdp=1)]
@@ -130,4 +130,4 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
                 yield Finding(policy.file, policy.node,
                               f"fp16 `MixedPrecision` in a program that wraps with `FullyShardedDataParallel` (at {where(wraps[0])}) "
                               f"and scales no loss: fp16 gradients underflow to zero without loss scaling; use `ShardedGradScaler` "
-                              f"from `{_SHARDED_SCALER_MODULE}` (or train in bfloat16)")
+                              f"from `{_SHARDED_SCALER_MODULE}` (or train in bfloat16)", related=(at(wraps[0], "wrapped here"),))

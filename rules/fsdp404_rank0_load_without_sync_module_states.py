@@ -51,7 +51,7 @@ class Rank0LoadWithoutSyncModuleStates(Rule):
     trigger_tokens = ("FullyShardedDataParallel",)
 
     def check(self, program) -> Iterable[Finding]:
-        from fsdplint.rulekit import code, via, where
+        from fsdplint.rulekit import at, calls, code, via, where
 
         for flow in program.flows:
             for wrap in flow.shard_events(fsdp=1):
@@ -69,7 +69,8 @@ class Rank0LoadWithoutSyncModuleStates(Rule):
                               f"`{name}` gets its weights on rank 0 only (at {where(load)}) and is wrapped in "
                               f"`FullyShardedDataParallel` without `sync_module_states=True`{via(wrap)}: the other ranks shard "
                               f"their own initialization, so the model trains from a mix; pass `sync_module_states=True` "
-                              f"(the module must be on the GPU or `device_id` set) or load on every rank")
+                              f"(the module must be on the GPU or `device_id` set) or load on every rank",
+                              related=(at(load, "loaded here"), *calls(flow, wrap)))
 
     @staticmethod
     def _loads_into(event, module) -> bool:

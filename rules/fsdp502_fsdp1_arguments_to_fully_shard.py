@@ -78,7 +78,7 @@ class Fsdp1ArgumentsToFullyShard(Rule):
     trigger_tokens = ("fully_shard",)
 
     def check(self, program) -> Iterable[Finding]:
-        from fsdplint.rulekit import via
+        from fsdplint.rulekit import calls, via
 
         for flow in program.flows:
             for event in flow.shard_events(fsdp=2):
@@ -101,7 +101,7 @@ class Fsdp1ArgumentsToFullyShard(Rule):
                         found = None
                     if found is not None:
                         message, fix = found
-                        yield Finding(event.file, arg, message + via(event), fix)
+                        yield Finding(event.file, arg, message + via(event), fix, related=calls(flow, event))
 
     @staticmethod
     def _sharding_strategy(event, arg, given):

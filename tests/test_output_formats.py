@@ -172,3 +172,101 @@ def test_pylint(project):
     assert any(line.startswith("bad.py:6: [FSDP103] ") for line in lines)
     assert all(line.startswith("bad.py:") and ": [FSDP" in line for line in lines)
     assert "Found" not in result.stdout  # a machine format: no summary
+
+
+# The program of issue 13, one helper a file: `build_optimizer` is right, and the caller calls it
+# before `apply_fsdp`; `evaluate` runs the forward without FSDP's hooks, reached through a call.
+HELPERS = {
+    "optim.py": """\
+import torch
+
+
+def build_optimizer(model):
+    return torch.optim.AdamW(model.parameters(), lr=1e-3)
+""",
+    "parallel.py": """\
+from torch.distributed.fsdp import fully_shard
+
+
+def apply_fsdp(model):
+    for block in model.layers:
+        fully_shard(block)
+    fully_shard(model)
+""",
+    "evaluation.py": """\
+def evaluate(model, batch):
+    return model.forward(batch)
+""",
+    "train.py": """\
+from evaluation import evaluate
+from optim import build_optimizer
+from parallel import apply_fsdp
+
+
+def main(model, batches):
+    optimizer = build_optimizer(model)
+    apply_fsdp(model)
+    for batch in batches:
+        model(batch).sum().backward()
+        optimizer.step()
+    evaluate(model, batches[0])
+""",
+}
+# (file, line, column, message) of each related location, in order.
+OPTIMIZER_RELATED = [("optim.py", 5, 12, "optimizer built here"), ("parallel.py", 6, 9, "sharded here")]
+FORWARD_RELATED = [("parallel.py", 7, 5, "sharded here"), ("train.py", 12, 5, "`evaluate` called here")]
+
+
+@pytest.fixture
+def helpers(tmp_path: Path) -> Path:
+    for name, text in HELPERS.items():
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+def test_json_related_locations_also_from_the_cache(helpers):
+    def findings() -> tuple[dict[str, dict], str]:
+        result = run("check", "--output-format", "json", "-v", ".", cwd=helpers)
+        assert result.returncode == 1
+        return {item["code"]: item for item in json.loads(result.stdout)}, result.stderr
+
+    first, _ = findings()
+    again, verbose = findings()
+    assert "served from the cache" in verbose
+    assert again == first
+    assert set(first) == {"FSDP103", "FSDP104"}
+    # Where the user must change the code: the caller's call of the helper, not the helper's line.
+    optimizer = first["FSDP104"]
+    assert (optimizer["filename"], optimizer["location"], optimizer["end_location"]) == ("train.py", {"row": 7, "column": 17}, {"row": 7, "column": 39})
+    related = [(r["filename"], r["location"]["row"], r["location"]["column"], r["message"]) for r in optimizer["related"]]
+    assert related == OPTIMIZER_RELATED
+    assert optimizer["related"][0]["end_location"] == {"row": 5, "column": 58}
+    forward = first["FSDP103"]
+    assert (forward["filename"], forward["location"]) == ("evaluation.py", {"row": 2, "column": 12})
+    assert [(r["filename"], r["location"]["row"], r["location"]["column"], r["message"]) for r in forward["related"]] == FORWARD_RELATED
+
+
+def test_sarif_related_locations_are_valid_sarif(helpers):
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed (pip install -e '.[test]')")
+    schema = json.loads((DATA / "sarif-schema-2.1.0.json").read_text())
+    document = json.loads(run("check", "--output-format", "sarif", ".", cwd=helpers).stdout)
+    jsonschema.validate(document, schema)
+    results = {result["ruleId"]: result for result in document["runs"][0]["results"]}
+    for code, expected in (("FSDP104", OPTIMIZER_RELATED), ("FSDP103", FORWARD_RELATED)):
+        locations = results[code]["relatedLocations"]
+        assert [location["id"] for location in locations] == list(range(len(expected)))
+        assert [(location["physicalLocation"]["artifactLocation"]["uri"], location["physicalLocation"]["region"]["startLine"],
+                 location["physicalLocation"]["region"]["startColumn"], location["message"]["text"]) for location in locations] == expected
+    assert results["FSDP104"]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "train.py"
+
+
+def test_full_shows_related_locations_as_notes_and_concise_does_not(helpers):
+    full = run("check", "--no-cache", "--output-format", "full", "train.py", "optim.py", "parallel.py", "evaluation.py", cwd=helpers).stdout
+    block = next(block for block in full.split("\n\n") if "FSDP104" in block).splitlines()
+    assert block[0].startswith("train.py:7:17: FSDP104 [error] `build_optimizer(...)` builds the optimizer before `fully_shard`")
+    assert [line for line in block if "= note:" in line] == [
+        "  = note: optim.py:5:12: optimizer built here",
+        "  = note: parallel.py:6:9: sharded here",
+    ]
+    concise = run("check", "--no-cache", "--output-format", "concise", ".", cwd=helpers).stdout
+    assert "note" not in concise and "optimizer built here" not in concise

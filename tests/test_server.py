@@ -40,6 +40,30 @@ OPTIMIZER_FIRST = textwrap.dedent("""\
         return optimizer
 """)
 
+# Issue 13's program: the helper is right, its caller calls it before sharding.
+HELPER_TOO_EARLY = textwrap.dedent("""\
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+
+    def build_optimizer(model):
+        return torch.optim.AdamW(model.parameters())
+
+
+    def apply_fsdp(model):
+        for block in model.layers:
+            fully_shard(block)
+        fully_shard(model)
+
+
+    def main(model, batches):
+        optimizer = build_optimizer(model)
+        apply_fsdp(model)
+        for batch in batches:
+            model(batch).sum().backward()
+            optimizer.step()
+""")
+
 
 class LspClient:
     """Content-Length framed JSON-RPC over the server's stdin and stdout."""
@@ -210,6 +234,25 @@ def test_diagnostics_and_quick_fixes_over_stdio(project: Path, encoding: str):
     client.notify("textDocument/didChange", {"textDocument": {"uri": broken.as_uri(), "version": 2}, "contentChanges": [{"text": FORWARD + "\n"}]})
     client.notification("textDocument/publishDiagnostics", broken.as_uri())
     assert not [m for m in client.notifications if m.get("method") == "window/showMessage"]
+    assert client.close() == 0
+
+
+def test_related_information(tmp_path: Path):
+    client = LspClient(tmp_path)
+    client.request("initialize", {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}})
+    client.notify("initialized", {})
+    uri = (tmp_path / "train.py").as_uri()
+    client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": HELPER_TOO_EARLY}})
+    [diagnostic] = client.notification("textDocument/publishDiagnostics", uri)["diagnostics"]
+    assert diagnostic["code"] == "FSDP104"
+    # On the caller's call, the places it involves as related information.
+    assert diagnostic["range"] == {"start": {"line": 15, "character": 16}, "end": {"line": 15, "character": 38}}
+    assert diagnostic["relatedInformation"] == [
+        {"location": {"uri": uri, "range": {"start": {"line": 5, "character": 11}, "end": {"line": 5, "character": 48}}},
+         "message": "optimizer built here"},
+        {"location": {"uri": uri, "range": {"start": {"line": 10, "character": 8}, "end": {"line": 10, "character": 26}}},
+         "message": "sharded here"},
+    ]
     assert client.close() == 0
 
 

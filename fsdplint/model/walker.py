@@ -749,14 +749,19 @@ class Walker:
         if wrapped is not None:
             # The decorator's wrapper runs, and calls the function where it calls its parameter
             # (inside its `try`, before its `finally`).
+            # The caller's call is the call of the function, as rules report it (chain and call sites).
             wrapper, holder = wrapped
+            self.emit(ENTER, node, statement=statement, parents=parents, qname=callee.qualname, args=args, kwargs=kwargs)
             walker = Walker(self.flow, wrapper.file, wrapper, {holder: Value(callees=(callee,))}, f"{wrapper.name}@{self.flow.program.next_call_id()}:",
-                             self.chain, self.depth + 1, self.stack, self.outer + parents + (statement,), self.rank_guards, self.call_sites,
-                             self.contexts, self.arms)
+                             self.chain + (callee.name,), self.depth + 1, self.stack, self.outer + parents + (statement,), self.rank_guards,
+                             self.call_sites + (node,), self.contexts, self.arms)
             walker.forwarded, walker.forwarded_to = (args, kwargs), callee
             walker.walk_suite(wrapper.node.body, ())
             return walker.returned
-        self.emit(ENTER, node, statement=statement, parents=parents, qname=callee.qualname, args=args, kwargs=kwargs)
+        # The wrapper's own call of the function it decorates continues the caller's call.
+        through_wrapper = self.forwarded_to is callee
+        if not through_wrapper:
+            self.emit(ENTER, node, statement=statement, parents=parents, qname=callee.qualname, args=args, kwargs=kwargs)
         prefix = f"{callee.name}@{self.flow.program.next_call_id()}:"
         env: dict[str, Value] = {}
         params = list(callee.params)
@@ -783,8 +788,9 @@ class Walker:
                                   rank_test=given.rank_test, always_false=name in falsy and name not in env)
                 self.flow.assigned_roots.add(prefix + name)
                 self.record_origin(prefix + name, given.event)
-        walker = Walker(self.flow, callee.file, callee, env, prefix, self.chain + (callee.name,), self.depth + 1, self.stack,
-                         self.outer + parents + (statement,), self.rank_guards, self.call_sites + (node,), self.contexts, self.arms)
+        chain, call_sites = (self.chain, self.call_sites) if through_wrapper else (self.chain + (callee.name,), self.call_sites + (node,))
+        walker = Walker(self.flow, callee.file, callee, env, prefix, chain, self.depth + 1, self.stack,
+                         self.outer + parents + (statement,), self.rank_guards, call_sites, self.contexts, self.arms)
         walker.walk_suite(callee.node.body, ())
         return walker.returned
 
