@@ -615,7 +615,7 @@ class Bench:
 
     # one file edited
 
-    def edit(self, source: Measured) -> dict | None:
+    def edit(self, source: Measured) -> dict:
         args = self.args
         copy = self.workdir / "edit" / source.root.name
         print(f"\n== one file edited: a copy of {source.name} ({source.files} .py files)", flush=True)
@@ -627,11 +627,11 @@ class Bench:
             fill = self.fsdplint(measured, "fill", ["--cache-dir", str(cache)], copy)
             if fill.timed_out:
                 print(f"   filling the cache timed out after {args.timeout:.0f} s")
-                return None
+                return {"repository": source.name, "skipped": f"filling the cache timed out after {args.timeout:.0f} s"}
             target = edit_target(copy, source)
             if target is None:
                 print("   no FSDP file that fsdplint parses: nothing to edit")
-                return None
+                return {"repository": source.name, "skipped": "no FSDP file that fsdplint parses"}
             original = target.read_bytes()
             edited: list[float] = []
             unchanged: list[float] = []
@@ -643,7 +643,7 @@ class Bench:
                     result = self.fsdplint(measured, step, ["--cache-dir", str(cache)], copy)
                     if result.timed_out:
                         print(f"   timed out after {args.timeout:.0f} s")
-                        return None
+                        return {"repository": source.name, "skipped": f"timed out after {args.timeout:.0f} s"}
                     (edited if step == "edit" else unchanged).append(result.seconds)
                     if step == "edit":
                         parsed.append(counts(result.stderr).parsed if counts(result.stderr) else -1)
@@ -659,7 +659,7 @@ class Bench:
 
     # four copies side by side
 
-    def four_copies(self, source: Measured) -> dict | None:
+    def four_copies(self, source: Measured) -> dict:
         args = self.args
         folder = self.workdir / "copies"
         print(f"\n== four copies of {source.name} side by side", flush=True)
@@ -676,7 +676,7 @@ class Bench:
                     result = run(fsdplint_command("--no-cache", path=path), folder, args.timeout * (1 if step == "one" else 4))
                     if result.timed_out:
                         print(f"   {step} cop{'y' if step == 'one' else 'ies'}: timed out")
-                        return None
+                        return {"repository": source.name, "skipped": f"{step} cop{'y' if step == 'one' else 'ies'} timed out"}
                     (one if step == "one" else four).append(result.seconds)
                     found = counts(result.stderr)
                     read[step] = found.read if found else -1
@@ -691,7 +691,7 @@ class Bench:
 
     # the targets
 
-    def targets(self, repositories: list[Measured], edit: dict | None, scale: dict | None, missing: list[str] = ()) -> None:
+    def targets(self, repositories: list[Measured], edit: dict, scale: dict, missing: list[str] = ()) -> None:
         print(f"\n== targets ({self.cores} cores; a paired target on the median of each round's margin)")
         if missing:
             print(f"   not measured (missing from --repos): {', '.join(missing)}")
@@ -733,24 +733,26 @@ class Bench:
                 say(label, median(m.warm) <= WARM_MAX, f"{median(m.warm):.3f} s")
             else:
                 say(label, False if "cold" in m.timed_out else None, "timed out" if "cold" in m.timed_out else "no timing")
-        if edit:
+        if "skipped" in edit:
+            say(f"one file edited in {edit.get('repository', f'a {EDIT_FILES}-file repository')} <= {EDIT_MAX} s", None, edit["skipped"])
+        else:
             label = f"one file edited in {edit['repository']} ({edit['files']} files) <= {EDIT_MAX} s"
             say(label, median(edit["edited"]) <= EDIT_MAX, f"{median(edit['edited']):.3f} s")
-        else:
-            say(f"one file edited in a {EDIT_FILES}-file repository <= {EDIT_MAX} s", None, "not run or timed out")
         for m in repositories:
             peak = max(m.peak.values(), default=0)
             label = f"{m.name} peak memory <= {PEAK_MAX_MB} MB"
-            if peak:
+            if peak and m.timed_out and peak <= PEAK_MAX_MB * MB:
+                say(label, None, f"at least {mb(peak)} when a run was stopped: not known")
+            elif peak:
                 stopped = " (at least: a run was stopped)" if m.timed_out else ""
                 say(label, peak <= PEAK_MAX_MB * MB, f"{mb(peak)}{stopped}, the process tree's RSS sum")
             else:
                 say(label, None, "no run")
-        if scale:
+        if "skipped" in scale:
+            say(f"four copies of {scale.get('repository', 'a repository')} <= {FOUR_COPIES_MAX} x one copy", None, scale["skipped"])
+        else:
             ratio = median(scale["ratios"])
             say(f"four copies of {scale['repository']} <= {FOUR_COPIES_MAX} x one copy", ratio <= FOUR_COPIES_MAX, f"{ratio:.2f} x")
-        else:
-            say(f"four copies of a repository <= {FOUR_COPIES_MAX} x one copy", None, "not run or timed out")
 
 
 def source_digests(data: bytes) -> set[str]:
@@ -906,14 +908,13 @@ def chosen_repositories(args: argparse.Namespace) -> tuple[list[Measured], list[
     return chosen, missing
 
 
-def nearest(measured: list[Measured], name: str | None, files: int, what: str) -> Measured | None:
-    candidates = [m for m in measured if m.is_fsdp and "cold" not in m.timed_out]
+def nearest(measured: list[Measured], name: str | None, files: int) -> Measured | dict:
+    """The repository named, else the FSDP one whose file count is nearest `files`; or why there is none."""
     if name:
         found = [m for m in measured if m.name.lower() == name.lower()]
-        if not found:
-            print(f"\n{what}: {name} was not measured in this run; skipped")
-        return found[0] if found else None
-    return min(candidates, key=lambda m: abs(m.files - files), default=None)
+        return found[0] if found else {"repository": name, "skipped": "not measured in this run"}
+    candidates = [m for m in measured if m.is_fsdp and "cold" not in m.timed_out]
+    return min(candidates, key=lambda m: abs(m.files - files), default={"skipped": "no FSDP repository measured without timing out"})
 
 
 def main() -> None:
@@ -962,21 +963,22 @@ def main() -> None:
     if args.corpus:
         measured = [bench.measure(Measured("generated monorepo", generated(args.workdir, args.lines), True))]
         measured += [bench.measure(Measured(folder.resolve().name, folder.resolve(), None)) for folder in args.dirs]
-        bench.targets(measured, None, None)
+        skipped = {"skipped": "not run with --corpus"}
+        bench.targets(measured, skipped, skipped)
         single_files(args.rounds, args.timeout)
         if not args.skip_scaling:
             scaling(bench, args.rounds)
         return
     measured = [bench.measure(m) for m in chosen]
-    edit = None
+    edit = {"skipped": "--skip-edit"}
     if not args.skip_edit:
-        target = nearest(measured, args.edit_repo, EDIT_FILES, "one file edited")
-        edit = bench.edit(target) if target else None
-    scale = None
+        target = nearest(measured, args.edit_repo, EDIT_FILES)
+        edit = bench.edit(target) if isinstance(target, Measured) else target
+    scale = {"skipped": "--skip-copies"}
     if not args.skip_copies:
         default = "accelerate" if any(m.name == "accelerate" for m in measured) else None
-        target = nearest(measured, args.scale_repo or default, EDIT_FILES, "four copies")
-        scale = bench.four_copies(target) if target else None
+        target = nearest(measured, args.scale_repo or default, EDIT_FILES)
+        scale = bench.four_copies(target) if isinstance(target, Measured) else target
     bench.targets(measured, edit, scale, missing)
 
 
