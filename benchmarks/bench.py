@@ -429,6 +429,7 @@ class Measured:
     floor_one_core: list[float] = field(default_factory=list)
     cold_counts: Counts | None = None
     warm_counts: Counts | None = None
+    warm_parsed: int = 0  # the most files a warm run parsed (the polled one too): 0 unless the cache missed
     parsed_count: int | None = None  # files of the tree whose source the recording run saw parsed
     parsed_files: list[Path] = field(default_factory=list)  # those files
     parsed_other: int = 0  # other sources given to parse_module (a fix's code, say): not in the floor
@@ -468,6 +469,8 @@ class Bench:
         result = run(fsdplint_command(*args), cwd, self.args.timeout, poll=poll)
         if poll:
             measured.peak[mode] = max(measured.peak.get(mode, 0), result.peak)
+        if mode == "warm" and counts(result.stderr):
+            measured.warm_parsed = max(measured.warm_parsed, counts(result.stderr).parsed)
         if result.timed_out:
             measured.timed_out.add(mode)
         elif result.code not in (0, None):
@@ -583,8 +586,9 @@ class Bench:
         if "cold" in m.timed_out and m.cold:
             print(f"   fsdplint cold  one run timed out after {self.args.timeout:.0f} s")
         line("fsdplint warm", m.warm, f"peak {mb(m.peak.get('warm', 0))}   {m.warm_counts or ''}")
-        if m.warm_counts and m.warm_counts.parsed:
-            print(f"   note: a warm run parsed {m.warm_counts.parsed} files: the cache did not serve them (fsdplint's source changed?)")
+        if m.warm_parsed:
+            print(f"   note: a warm run parsed {m.warm_parsed} files: the cache did not serve them (fsdplint's source changed?); "
+                  f"its time or memory is not a warm one")
         if m.parsed_count == 0:
             print(f"   {'parse floor':14s} {0:8.3f} s  {'':28s} no file parsed")
         elif m.floor:
