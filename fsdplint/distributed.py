@@ -24,6 +24,28 @@ RETURNS_ITS_MODULE = frozenset({
     "torch.distributed._composable.checkpoint_activation.checkpoint",
 })
 
+# FSDP1 -> FSDP2, the one table FSDP501 (migration) and FSDP502 (FSDP1 arguments handed to fully_shard) read.
+# ShardingStrategy member -> (reshard_after_forward, whether it needs a 2-D (replicate, shard) mesh).
+FSDP1_STRATEGIES = {"FULL_SHARD": (True, False), "SHARD_GRAD_OP": (False, False), "HYBRID_SHARD": (True, True), "_HYBRID_SHARD_ZERO2": (False, True)}
+# FullyShardedDataParallel keywords that change only speed or memory, never results: dropped by a migration.
+FSDP1_PERFORMANCE_ONLY = {
+    "use_orig_params": "drop it: FSDP2 always keeps the original parameters",
+    "limit_all_gathers": "drop it: FSDP2 needs no rate limiter",
+    "forward_prefetch": "drop it, or prefetch explicitly with `set_modules_to_forward_prefetch`",
+    "backward_prefetch": "drop it, or prefetch explicitly with `set_modules_to_backward_prefetch`",
+}
+# FullyShardedDataParallel keywords `fully_shard` has no keyword of the same name for: what to do instead.
+FSDP1_KEYWORDS_INSTEAD = {
+    "auto_wrap_policy": "call `fully_shard` on each block before the root (`for block in model.layers: fully_shard(block)`)",
+    "device_id": "`fully_shard` takes its device from `mesh`",
+    "device_mesh": "pass the mesh as `mesh=`",
+    "process_group": "build a DeviceMesh from it with `DeviceMesh.from_group` and pass `mesh=`",
+    "sync_module_states": "load weights with `set_model_state_dict(..., options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))`",
+    "param_init_fn": "materialize with `to_empty(device=...)` and `reset_parameters()` after `fully_shard`",
+    "ignored_modules": "pass their parameters as `ignored_params`",
+    **FSDP1_PERFORMANCE_ONLY,
+}
+
 # Names (variables, attributes, `get_*` functions) that hold this process's rank.
 _RANK_NAME = re.compile(r"(?:global_|local_|node_local_|dp_|ddp_|ddp_local_|data_parallel_|world_|process_|my_|cur_|current_)?rank(?:_id|_idx)?|(?:local_)?process_index")
 _RANK_GETTER = re.compile(r"get_(?:\w+_)?rank|get_(?:local_)?process_index")
@@ -51,12 +73,12 @@ LOCAL_INIT_METHODS = ("file://", "tcp://localhost:", "tcp://127.0.0.1:", "tcp://
 LOCAL_STORES = frozenset({"torch.distributed.FileStore"})
 
 # torch.distributed functions that every rank of the group must call.
-PROCESS_GROUP_COLLECTIVES = frozenset({
-    "barrier", "monitored_barrier", "all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor",
-    "_all_gather_base", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "broadcast",
-    "broadcast_object_list", "reduce", "gather", "gather_object", "scatter", "scatter_object_list", "all_to_all",
-    "all_to_all_single",
-})
+PROCESS_GROUP_COLLECTIVES = {  # name -> the position of its `group` argument
+    "barrier": 0, "monitored_barrier": 0, "all_reduce": 2, "all_gather": 2, "all_gather_object": 2,
+    "all_gather_into_tensor": 2, "_all_gather_base": 2, "reduce_scatter": 3, "reduce_scatter_tensor": 3,
+    "_reduce_scatter_base": 3, "broadcast": 2, "broadcast_object_list": 2, "reduce": 3, "gather": 3, "gather_object": 3,
+    "scatter": 3, "scatter_object_list": 3, "all_to_all": 2, "all_to_all_single": 4,
+}
 _PROCESS_GROUP_MODULES = frozenset({"torch.distributed", "torch.distributed.distributed_c10d"})
 # torch.distributed.checkpoint: every rank writes or reads its part, coordinated by collectives.
 DCP_COLLECTIVES = frozenset({"save", "load", "async_save", "save_state_dict", "load_state_dict"})

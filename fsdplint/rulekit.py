@@ -211,10 +211,21 @@ def argument_values(event: Event) -> tuple[list[tuple[cst.CSTNode, Value]], dict
     return list(zip(positional, event.args)), keywords
 
 
-def argument(event: Event, position: int, keyword: str) -> tuple[cst.CSTNode, Value] | None:
-    """The argument a call gives at `position` or as `keyword=`, its node with its value; None when not given."""
+def argument(event: Event, position: int | None, keyword: str) -> tuple[cst.CSTNode, Value] | None:
+    """The argument a call gives at `position` (None: keyword only) or as `keyword=`, its node with its
+    value; None when not given."""
     positional, keywords = argument_values(event)
-    return positional[position] if position < len(positional) else keywords.get(keyword)
+    return positional[position] if position is not None and position < len(positional) else keywords.get(keyword)
+
+
+def over_a_group(event: Event) -> bool:
+    """A collective given a process group (`group=`, `process_group=`, or at the group's position:
+    `dist.barrier(self.pp_group)`), not the default group of every rank."""
+    from fsdplint import distributed
+
+    name = (event.qname or "").rsplit(".", 1)[-1]
+    position = distributed.PROCESS_GROUP_COLLECTIVES.get(name) if event.qname and distributed.is_process_group_collective(event.qname) else None
+    return "process_group" in event.kwargs or argument(event, position, "group") is not None
 
 
 def script_flows(program) -> Iterator[Flow]:
@@ -299,8 +310,8 @@ def no_sync_fix(event: Event) -> Fix | None:
 def shards_nothing(wrap: Event) -> bool:
     """FSDP1 with `sharding_strategy=ShardingStrategy.NO_SHARD`: whole parameters and gradients on every
     rank, as DDP keeps them; nothing is all-gathered."""
-    strategy = next((arg.value for arg in wrap.node.args if arg.keyword is not None and arg.keyword.value == "sharding_strategy"), None)
-    return strategy is not None and (wrap.file.qualify(strategy) or "").endswith("ShardingStrategy.NO_SHARD")
+    strategy = argument(wrap, 2, "sharding_strategy")  # FullyShardedDataParallel(module, process_group, sharding_strategy, ...)
+    return strategy is not None and (wrap.file.qualify(strategy[0]) or "").endswith("ShardingStrategy.NO_SHARD")
 
 
 def is_leaf_or_part(flow: Flow, root: Ref, shards: list[Event]) -> bool:

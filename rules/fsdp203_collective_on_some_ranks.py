@@ -68,10 +68,11 @@ class CollectiveOnSomeRanks(Rule):
                       "FullyShardedDataParallel")
 
     def check(self, program) -> Iterable[Finding]:
+        from fsdplint.rulekit import over_a_group
+
         for flow in program.flows:
             # A collective over a group of its own may be meant for the guarded ranks only.
-            every = [(event, name) for event in flow.events
-                     if not {"group", "process_group"} & event.kwargs.keys() and (name := flow.collective(event))]
+            every = [(event, name) for event in flow.events if (name := flow.collective(event)) and not over_a_group(event)]
             collectives = [(event, name) for event, name in every if event.rank_guards]
             # Where the other ranks reach a collective too, each rank reaches one: `if rank == 0:
             # broadcast(x) else: broadcast(y)`, or `if not is_main: barrier()` ... `if is_main: barrier()`.

@@ -80,8 +80,10 @@ class NoDevicePerProcess(Rule):
 
 def _single_process(event) -> bool:
     """`world_size=1`: one process, and GPU 0 is its GPU."""
-    world_size = next((arg.value for arg in event.node.args if arg.keyword is not None and arg.keyword.value == "world_size"), None)
-    return getattr(world_size, "value", None) == "1"
+    from fsdplint.rulekit import argument
+
+    world_size = argument(event, 3, "world_size")  # init_process_group(backend, init_method, timeout, world_size, ...)
+    return world_size is not None and getattr(world_size[0], "value", None) == "1"
 
 
 def _chooses_device(event) -> bool:
@@ -91,14 +93,14 @@ def _chooses_device(event) -> bool:
     import libcst as cst
 
     from fsdplint.model import CALL, METHOD
-    from fsdplint.rulekit import device_arguments
+    from fsdplint.rulekit import argument, device_arguments
 
     if event.kind == CALL and event.qname in _DEVICE_CHOICES:
         return True
     callee = event.method if event.kind == METHOD else event.qname
     if not (event.qname or "").startswith("torch.") and "device" in (callee or "").lower():
         return True  # a helper fsdplint cannot see into, such as torchtune's `utils.get_device("cuda")`
-    if any(arg.keyword is not None and arg.keyword.value == "device_id" for arg in event.node.args):
+    if argument(event, None, "device_id") is not None:
         return True
     # Whatever `x.cuda(...)` or the second argument of `torch.device` is given is an index.
     indices = {id(arg.value) for arg in event.node.args[event.qname == "torch.device":]}

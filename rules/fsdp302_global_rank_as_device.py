@@ -35,7 +35,9 @@ class GlobalRankAsDevice(Rule):
       `store=FileStore(...)`), `"tcp://localhost:..."` or `"tcp://127.0.0.1:..."`. A file store on a
       file system that several machines share is the exception this misses;
     - in a spawned function that passes its process index as `rank=` and a literal `world_size=`:
-      the ranks are the spawned processes' indices.
+      the ranks are the spawned processes' indices;
+    - in a test module (`test_*.py`, `*_test.py`, `conftest.py`): pytest runs a test, and the
+      processes it spawns, on one machine.
 
     A count from the command line (`nprocs=args.nprocs`), `init_method="env://"` or an address
     computed at run time (`f"tcp://{master_addr}:{port}"`) says nothing of the node count: the use is
@@ -84,7 +86,7 @@ class GlobalRankAsDevice(Rule):
             reported_names: set[str] = set()
             for event in flow.of_kind(CALL, METHOD, CALL_VALUE, WRAP):
                 for node, value in device_arguments(event):
-                    if value.rank is None or value.rank.scope != GLOBAL_RANK or one_node.shown(flow, event):
+                    if value.rank is None or value.rank.scope != GLOBAL_RANK or flow.file.is_test or one_node.shown(flow, event):
                         continue
                     if value.rank.formatted and value.ref is not None:
                         # A device string held in a variable: one finding, at its first use.

@@ -84,8 +84,11 @@ class Fsdp1WithoutAutoWrap(Rule):
         """Why the call wraps one unit: "with no `auto_wrap_policy`", "…whose `recurse` is ignored", else None."""
         import libcst as cst
 
-        policy = next((arg.value for arg in event.node.args if arg.keyword is not None and arg.keyword.value == "auto_wrap_policy"), None)
-        if policy is None or event.kwargs["auto_wrap_policy"].constant == "None":
+        from fsdplint.rulekit import argument
+
+        given = argument(event, 4, "auto_wrap_policy")  # FullyShardedDataParallel(module, process_group, sharding_strategy, cpu_offload, auto_wrap_policy, ...)
+        policy = given[0] if given else None
+        if given is None or given[1].constant == "None":
             return "with no `auto_wrap_policy`"
         if isinstance(policy, cst.Call) and (event.file.qualify(policy.func) == "functools.partial") and policy.args:
             policy = policy.args[0].value

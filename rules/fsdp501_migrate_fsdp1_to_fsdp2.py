@@ -7,26 +7,22 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
+from fsdplint.distributed import (
+    FSDP1_KEYWORDS_INSTEAD,
+    FSDP1_PERFORMANCE_ONLY,
+    FSDP1_STRATEGIES,
+)
 from fsdplint.rule import Finding, FixAvailability, Rule, Severity
 
 if TYPE_CHECKING:
     from fsdplint.model import Event, Flow
 
-# FSDP1 keyword arguments that change only speed or memory, never results: dropped.
-_PERFORMANCE_ONLY = ("use_orig_params", "limit_all_gathers", "forward_prefetch", "backward_prefetch")
-# ShardingStrategy -> reshard_after_forward, and whether it needs a 2-D (replicate, shard) mesh.
-_STRATEGIES = {"FULL_SHARD": (True, False), "SHARD_GRAD_OP": (False, False), "HYBRID_SHARD": (True, True), "_HYBRID_SHARD_ZERO2": (False, True)}
 # FSDP1 names a migrated file no longer needs once nothing uses them.
 _FSDP1_NAMES = frozenset({
     "FullyShardedDataParallel", "ShardingStrategy", "MixedPrecision", "CPUOffload", "BackwardPrefetch", "StateDictType",
     "FullStateDictConfig", "FullOptimStateDictConfig", "ShardedStateDictConfig", "ModuleWrapPolicy",
     "transformer_auto_wrap_policy", "size_based_auto_wrap_policy",
 })
-# What to do instead of an FSDP1 argument the migration cannot map.
-_BY_HAND = {
-    "param_init_fn": " (materialize with `to_empty(device=...)` and `reset_parameters()` after `fully_shard`)",
-    "process_group": " (build a DeviceMesh from it with `DeviceMesh.from_group` and pass `mesh=`)",
-}
 # FSDP1's static API and its FSDP2 counterpart, for the calls the migration leaves to a person.
 _FSDP2_INSTEAD = (
     (("state_dict_type", "set_state_dict_type"), "`get_model_state_dict`/`set_model_state_dict` with `StateDictOptions`"),
@@ -241,7 +237,7 @@ class _Migration:
         for name, value in arguments.items():
             if name in ("device_mesh", "sharding_strategy", "device_id"):
                 continue
-            if name in _PERFORMANCE_ONLY:
+            if name in FSDP1_PERFORMANCE_ONLY:
                 self.dropped.append(f"`{name}`, which changes only speed or memory")
             elif name == "auto_wrap_policy":
                 self.wrap_policy(value)
@@ -254,17 +250,18 @@ class _Migration:
             elif name == "sync_module_states":
                 self.sync_module_states(value)
             else:
-                self.manual.append(f"`{name}=` has no FSDP2 mapping here{_BY_HAND.get(name, '')}")
+                instead = FSDP1_KEYWORDS_INSTEAD.get(name)
+                self.manual.append(f"`{name}=` has no FSDP2 mapping here" + (f" ({instead})" if instead else ""))
 
     def strategy(self, value) -> tuple[bool | None, bool]:
         if value is None:
             return None, False
         name = _fsdp_name(self.event.file, value) or ""
         member = name.removeprefix("ShardingStrategy.")
-        if member not in _STRATEGIES:
+        if member not in FSDP1_STRATEGIES:
             self.manual.append(f"`sharding_strategy={self.quote(value)}` has no FSDP2 mapping here (FULL_SHARD, SHARD_GRAD_OP and HYBRID_SHARD do; NO_SHARD is DDP: use `replicate`)")
             return None, False
-        return _STRATEGIES[member]
+        return FSDP1_STRATEGIES[member]
 
     def mesh_from_device(self, device) -> str | None:
         from fsdplint.rulekit import qualified_reference, unused_name

@@ -2,24 +2,10 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from fsdplint.distributed import FSDP1_KEYWORDS_INSTEAD, FSDP1_STRATEGIES
 from fsdplint.rule import Finding, FixAvailability, Rule, Severity
 
 _FSDP = "torch.distributed.fsdp"
-# FSDP1 keywords with no counterpart of the same name in `fully_shard`: what to do instead.
-_NO_MAPPING = {
-    "auto_wrap_policy": "call `fully_shard` on each block before the root (`for block in model.layers: fully_shard(block)`)",
-    "device_id": "`fully_shard` takes its device from `mesh`",
-    "device_mesh": "pass the mesh as `mesh=`",
-    "process_group": "pass a device mesh as `mesh=`",
-    "sync_module_states": "load weights with `set_model_state_dict(..., options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))`",
-    "param_init_fn": "call `model.to_empty(device=...)` and then `reset_parameters()` after sharding",
-    "use_orig_params": "drop it: FSDP2 always keeps the original parameters",
-    "ignored_modules": "pass their parameters as `ignored_params`",
-    "limit_all_gathers": "drop it: FSDP2 needs no rate limiter",
-    "forward_prefetch": "drop it, or prefetch explicitly with `set_modules_to_forward_prefetch`",
-    "backward_prefetch": "drop it, or prefetch explicitly with `set_modules_to_backward_prefetch`",
-}
-_RESHARD = {"ShardingStrategy.FULL_SHARD": "True", "ShardingStrategy.SHARD_GRAD_OP": "False"}
 # MixedPrecision arguments MixedPrecisionPolicy takes under the same name (and the first two by position).
 _POLICY_KEYWORDS = ("param_dtype", "reduce_dtype", "cast_forward_inputs")
 
@@ -95,8 +81,8 @@ class Fsdp1ArgumentsToFullyShard(Rule):
                         found = self._mixed_precision(event, arg, origin, built)
                     elif keyword in ("cpu_offload", "offload_policy"):
                         found = self._offload(event, arg, built)
-                    elif keyword in _NO_MAPPING:
-                        found = (f"`{keyword}` is an FSDP1 argument: `fully_shard` raises `TypeError`; {_NO_MAPPING[keyword]}", None)
+                    elif keyword in FSDP1_KEYWORDS_INSTEAD:
+                        found = (f"`{keyword}` is an FSDP1 argument: `fully_shard` raises `TypeError`; {FSDP1_KEYWORDS_INSTEAD[keyword]}", None)
                     else:
                         found = None
                     if found is not None:
@@ -109,7 +95,9 @@ class Fsdp1ArgumentsToFullyShard(Rule):
 
         qualified = event.file.qualify(arg.value) or ""
         strategy = ".".join(qualified.split(".")[-2:]) if qualified.startswith(_FSDP) else ""
-        value = _RESHARD.get(strategy)
+        member = strategy.removeprefix("ShardingStrategy.") if strategy.startswith("ShardingStrategy.") else None
+        reshard, hybrid = FSDP1_STRATEGIES.get(member, (None, True))
+        value = None if hybrid else str(reshard)  # a hybrid strategy needs a 2-D mesh, not a keyword
         message = "`sharding_strategy` is an FSDP1 argument: `fully_shard` raises `TypeError`; "
         if value is None or "reshard_after_forward" in given:
             return message + "use `reshard_after_forward` (True: FULL_SHARD, False: SHARD_GRAD_OP; HYBRID_SHARD: a 2-D `mesh`)", None

@@ -251,3 +251,22 @@ def test_each_rank_reaching_one_collective_is_silent():
         if is_main:
             dist.barrier()
     """) == []
+
+
+def test_a_group_passed_by_position_is_a_group_of_its_own():
+    # ColossalAI's checkpoint IO: every rank of one pipeline group has the same dp_rank.
+    assert [d.code for d in check_source(textwrap.dedent("""
+    import torch.distributed as dist
+
+    class CheckpointIO:
+        def __init__(self, dp_group, pp_group):
+            self.dp_rank = dist.get_rank(dp_group)
+            self.pp_group = pp_group
+
+        def save(self, model):
+            if self.dp_rank != 0:
+                return
+            gathered = [None] * dist.get_world_size(self.pp_group)
+            dist.barrier(self.pp_group)
+            dist.all_gather_object(gathered, model.state_dict(), self.pp_group)
+    """), select=["FSDP203"])] == []

@@ -4,10 +4,11 @@ rank value comes from, and what counts as choosing a device or destroying a grou
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from fsdplint.api import check_source, fix_source
+from fsdplint.api import check_paths, check_source, fix_source
 
 LAUNCH = ["FSDP301", "FSDP302", "FSDP303", "FSDP304", "FSDP305"]
 
@@ -392,3 +393,16 @@ def test_device_context_as_statement(statement, expected):
     assert expected in result.splitlines()
     if statement.startswith("device_index"):
         assert "from torch.accelerator import device_index, set_device_index" in result.splitlines()
+
+
+def test_a_test_module_runs_on_one_machine(tmp_path):
+    # ColossalAI's and llm-foundry's distributed tests: pytest spawns their ranks on one machine.
+    source = "import torch\nimport torch.distributed as dist\ntorch.cuda.set_device(dist.get_rank())\n"
+    for name in ("test_layer.py", "tests/conftest.py", "layer_test.py"):
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+    (tmp_path / "train.py").write_text(source)
+    (tmp_path / "tests" / "launch.py").write_text(source)  # a script kept beside the tests is no test
+    found = sorted((Path(d.path).name, d.code) for d in check_paths([tmp_path], select=LAUNCH))
+    assert found == [("launch.py", "FSDP302"), ("train.py", "FSDP302")]

@@ -230,3 +230,21 @@ def test_initializing_each_parameter_touches_the_module():
     """), "init")
     (call,) = [event for event in events(flow, model.CALL) if event.qname == "torch.nn.init.trunc_normal_"]
     assert call.touches(model.Ref("model"))
+
+
+def test_an_attribute_bound_differently_by_match_cases_is_read_again_after_them():
+    # fairseq2's trainer: the implicit no-match arm binds nothing; the join must not fail on it.
+    flow = flow_of(program_of("""
+    import torch.distributed as dist
+    class Trainer:
+        def step(self):
+            match self._state:
+                case State.A:
+                    self._state = self._step_a()
+                case State.B:
+                    self._state = self._step_b()
+            dist.barrier()
+            return self._state
+    """), "Trainer.step")
+    assert [event.qname for event in events(flow, model.CALL)][-1] == "torch.distributed.barrier"
+    assert flow.returned.ref == model.Ref("self", ("_state",))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import libcst as cst
 from libcst.metadata import CodeRange, PositionProvider
@@ -39,6 +40,13 @@ class FileModel:
     @property
     def display(self) -> str:
         return self.source.display
+
+    @property
+    def is_test(self) -> bool:
+        """A test module by pytest's names (`test_*.py`, `*_test.py`, `conftest.py`): what it runs,
+        pytest runs on one machine. (A `tests/` folder also holds fixtures and scripts: not by folder.)"""
+        name = Path(self.source.display).name
+        return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
 
     def qualify(self, node: cst.CSTNode) -> str | None:
         """The canonical qualified name of an imported name or attribute chain, else None."""

@@ -179,7 +179,7 @@ class Walker:
             ranks, tests = {value.rank for value in values}, {value.rank_test for value in values}
             ref = Ref(self.new_version(key)) if "." not in key else None
             if ref is None:
-                del joined[key]  # `self.x`: read again as the attribute itself
+                joined.pop(key, None)  # `self.x`: read again as the attribute itself
                 continue
             joined[key] = Value(ref=ref, rank=ranks.pop() if len(ranks) == 1 else None, rank_test=tests.pop() if len(tests) == 1 else None)
         return joined
