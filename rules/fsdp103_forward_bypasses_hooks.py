@@ -4,13 +4,12 @@ from typing import Iterable
 
 from fsdplint.rule import Finding, FixAvailability, Rule, Severity
 
-_BYPASSING_METHODS = ("forward", "generate")
 
 
 class ForwardBypassesHooks(Rule):
     """
     ## What it does
-    Finds `model.forward(x)` (and `model.generate(...)`) on a module sharded with `fully_shard`.
+    Finds `model.forward(x)` on a module sharded with `fully_shard`.
 
     ## Why is this bad?
     FSDP2 all-gathers a module's parameters in a hook that `nn.Module.__call__` runs before
@@ -18,7 +17,10 @@ class ForwardBypassesHooks(Rule):
     the first operation fails with `RuntimeError: aten.addmm.default got mixed torch.Tensor and
     DTensor, need to convert all torch.Tensor to DTensor before calling distributed operators!`.
     Calling `unshard()` first makes it run, but the gradients of the root are then never reduced.
-    The same holds for any other method that runs the forward computation, such as `generate`.
+    The same holds for another method that runs the forward computation by calling `forward` itself:
+    where the checked code defines it (`def generate(self, ...): ... self.forward(...)`), its
+    `self.forward` is reported. A library's method is not: Hugging Face's `generate` calls `self(...)`,
+    which runs the hooks.
 
     ## Example
     ```python
@@ -31,12 +33,11 @@ class ForwardBypassesHooks(Rule):
     fully_shard(model)
     loss = model(x).sum()
     ```
-    For another method, register it after sharding so that it runs the hooks:
-    `register_fsdp_forward_method(model, "generate")`.
+    For another method that calls `forward` itself, register it after sharding so that it runs the
+    hooks: `register_fsdp_forward_method(model, "generate")`.
 
     ## Fix safety
-    The fix for `forward` is safe: `model(x)` runs the same `forward` with FSDP's hooks around it.
-    `generate` has no automatic fix.
+    The fix is safe: `model(x)` runs the same `forward` with FSDP's hooks around it.
 
     ## References
     - [fully_shard](https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html)
@@ -62,22 +63,15 @@ class ForwardBypassesHooks(Rule):
                 and event.args and hasattr(event.node.args[1].value, "evaluated_value")
             }
             for event in flow.of_kind(METHOD):
-                if event.method not in _BYPASSING_METHODS or (event.target, event.method) in registered:
+                if event.method != "forward" or (event.target, event.method) in registered:
                     continue
                 shard = flow.sharding_of(event.target, event.index, fsdp=2)
                 if shard is None:
                     continue
                 receiver = code(event, event.node.func.value)
-                if event.method == "forward":
-                    fix = Fix(f"Call `{receiver}(...)` so the FSDP hooks run", safe=True,
-                              operations=[Replace(event.node, lambda call: call.with_changes(func=call.func.value))])
-                    yield Finding(event.file, event.node,
-                                  f"`{receiver}.forward(...)` skips FSDP2's hooks, so its parameters are never all-gathered "
-                                  f"(sharded at {where(shard)}){via(event)}; call `{receiver}(...)`", fix,
-                                  related=(at(shard, "sharded here"), *calls(flow, event)))
-                else:
-                    yield Finding(event.file, event.node,
-                                  f"`{receiver}.{event.method}(...)` runs the forward without FSDP2's hooks "
-                                  f"(sharded at {where(shard)}){via(event)}; call "
-                                  f"`register_fsdp_forward_method({receiver}, \"{event.method}\")` after sharding",
-                                  related=(at(shard, "sharded here"), *calls(flow, event)))
+                fix = Fix(f"Call `{receiver}(...)` so the FSDP hooks run", safe=True,
+                          operations=[Replace(event.node, lambda call: call.with_changes(func=call.func.value))])
+                yield Finding(event.file, event.node,
+                              f"`{receiver}.forward(...)` skips FSDP2's hooks, so its parameters are never all-gathered "
+                              f"(sharded at {where(shard)}){via(event)}; call `{receiver}(...)`", fix,
+                              related=(at(shard, "sharded here"), *calls(flow, event)))

@@ -270,3 +270,23 @@ def test_a_group_passed_by_position_is_a_group_of_its_own():
             dist.barrier(self.pp_group)
             dist.all_gather_object(gathered, model.state_dict(), self.pp_group)
     """), select=["FSDP203"])] == []
+
+
+def test_a_full_state_dict_read_before_the_model_is_sharded_gathers_nothing():
+    # composer's prepare_fully_shard: rank 0 reads the plain model's state dict, then every rank shards it.
+    source = """
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.fsdp import fully_shard
+
+    def parallelize(model):
+        full_state_dict = {{}}
+        if dist.get_rank() == 0:
+            full_state_dict = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        {shard}
+        return full_state_dict
+    """
+    select = ["FSDP203"]
+    assert [d.code for d in check_source(textwrap.dedent(source.format(shard="fully_shard(model)")), select=select)] == []
+    sharded_first = source.replace("full_state_dict = {{}}", "fully_shard(model)\n        full_state_dict = {{}}").format(shard="pass")
+    assert [d.code for d in check_source(textwrap.dedent(sharded_first), select=select)] == ["FSDP203"]

@@ -531,3 +531,33 @@ def test_a_module_tensor_parallelized_in_place_is_still_the_leaf_it_was():
             model = parallelize_module(model, tp_mesh, ColwiseParallel())
         fully_shard(model, mesh=mesh)
     """) == []
+
+
+def test_generate_is_reported_only_where_the_checked_code_calls_forward_itself():
+    # NeMo's SALM: Hugging Face's generate calls self(...), which runs FSDP2's hooks.
+    assert codes("""
+    from torch.distributed.fsdp import fully_shard
+    from transformers import AutoModelForCausalLM
+
+    def build(mesh, input_ids):
+        llm = AutoModelForCausalLM.from_pretrained("gpt2")
+        for block in llm.transformer.h:
+            fully_shard(block, mesh=mesh)
+        fully_shard(llm, mesh=mesh)
+        return llm.generate(input_ids=input_ids)
+    """) == []
+    assert codes("""
+    import torch.nn as nn
+    from torch.distributed.fsdp import fully_shard
+
+    class Net(nn.Module):
+        def generate(self, x):
+            return self.forward(x).argmax()
+
+    def main(x):
+        model = Net()
+        for block in model.layers:
+            fully_shard(block)
+        fully_shard(model)
+        return model.generate(x)
+    """) == [(7, "FSDP103")]

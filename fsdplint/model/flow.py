@@ -146,7 +146,7 @@ class Flow:
             if distributed.is_process_group_collective(event.qname) or distributed.is_dcp_collective(event.qname) or distributed.is_fsdp1_collective(event.qname):
                 return name
             if distributed.is_state_dict_helper(event.qname) and self.state_dict_options(event) & distributed.COLLECTIVE_STATE_DICT_OPTIONS:
-                return name
+                return None if self.sharded_only_after(event) else name
             return None
         if event.kind == METHOD and event.target is not None:
             if event.method in ("full_tensor", "summon_full_params"):
@@ -159,6 +159,16 @@ class Flow:
         if event.kind == CALL_VALUE and event.target is not None and self.sharding_of(event.target, event.index, fsdp=None):
             return "forward"
         return None
+
+    def sharded_only_after(self, event: Event) -> bool:
+        """The module a state-dict helper is given is sharded in this flow, but only after the helper
+        runs: it holds plain tensors there, and gathering them needs no other rank (composer reads
+        the full state dict on rank 0 before `fully_shard`)."""
+        module = event.args[0].ref if event.args else None
+        if module is None or self.sharding_of(module, event.index, fsdp=None) is not None:
+            return False
+        return any(event.index < shard.index and any(module.is_within(target) or target.is_within(module) for target in shard.targets)
+                   for shard in self.shard_events())
 
     def _fsdp1_full_state_dict(self, event: Event) -> bool:
         """FSDP1's `state_dict()` gathers unless a `state_dict_type` context (or an earlier
