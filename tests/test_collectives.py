@@ -290,3 +290,29 @@ def test_a_full_state_dict_read_before_the_model_is_sharded_gathers_nothing():
     assert [d.code for d in check_source(textwrap.dedent(source.format(shard="fully_shard(model)")), select=select)] == []
     sharded_first = source.replace("full_state_dict = {{}}", "fully_shard(model)\n        full_state_dict = {{}}").format(shard="pass")
     assert [d.code for d in check_source(textwrap.dedent(sharded_first), select=select)] == ["FSDP203"]
+
+
+def test_rank_zero_and_the_ranks_above_it_each_reach_a_collective():
+    # NeMo's Triton deploy scripts: rank 0 serves and broadcasts; `elif rank > 0` follows the broadcasts.
+    source = """
+    import torch
+    import torch.distributed as dist
+
+    def follow():
+        while True:
+            flag = torch.empty(1, dtype=torch.long)
+            dist.broadcast(flag, src=0)
+            if flag.item() != 0:
+                return
+
+    def serve(server):
+        if dist.get_rank() == 0:
+            server.serve()
+            dist.broadcast(torch.tensor([1]), src=0)
+        elif dist.get_rank() {test}:
+            follow()
+    """
+    for test in ("> 0", ">= 1", "!= 0"):
+        assert [d.code for d in check_source(textwrap.dedent(source.format(test=test)), select=["FSDP203"])] == [], test
+    # `rank > 1` leaves rank 1 out: it reaches no broadcast.
+    assert [d.code for d in check_source(textwrap.dedent(source.format(test="> 1")), select=["FSDP203"])] == ["FSDP203"]

@@ -66,14 +66,19 @@ class RankGuard:
     def condition(self) -> tuple[str, bool]:
         """What the code under the guard knows: (a test, whether it holds), with `not`, `!=` and the
         branch folded in, so that `if not is_main:`'s body and `if is_main:`'s else both give
-        `("is_main", False)`, and the rest of a block after `if rank != 0: return` gives `("rank == 0", True)`."""
+        `("is_main", False)`, and the rest of a block after `if rank != 0: return` gives `("rank == 0", True)`.
+        No rank is negative, so `rank > 0` and `rank >= 1` are `rank != 0` (NeMo's `if rank == 0: ...
+        elif rank > 0: ...` splits the ranks in two)."""
         if not type(self.node) is cst.If:
             return self.code(), True
         test, holds = self.node.test, self.branch == GUARD_BODY
         while type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
             test, holds = test.expression, not holds
-        if type(test) is cst.Comparison and len(test.comparisons) == 1 and type(test.comparisons[0].operator) is cst.NotEqual:
-            test, holds = test.with_changes(comparisons=[test.comparisons[0].with_changes(operator=cst.Equal())]), not holds
+        if type(test) is cst.Comparison and len(test.comparisons) == 1 and _is_not_zero(test.comparisons[0]):
+            target = test.comparisons[0]
+            equal = target.with_changes(operator=cst.Equal()) if type(target.operator) is cst.NotEqual \
+                else target.with_changes(operator=cst.Equal(), comparator=cst.Integer("0"))
+            test, holds = test.with_changes(comparisons=[equal]), not holds
         return " ".join(self.file.module.code_for_node(test).split()), holds
 
 
@@ -198,3 +203,9 @@ class Event:
                 or any(owner.is_within(module) for value in itertools.chain(self.args, self.kwargs.values()) for owner in value.params_of))
 
 
+def _is_not_zero(target: cst.ComparisonTarget) -> bool:
+    """`!= x`, `> 0` or `>= 1`: (for a rank, which is never negative) the negation of `== x` / `== 0`."""
+    operator, bound = type(target.operator), target.comparator
+    if operator is cst.NotEqual:
+        return True
+    return type(bound) is cst.Integer and (operator is cst.GreaterThan and bound.value == "0" or operator is cst.GreaterThanEqual and bound.value == "1")
