@@ -561,3 +561,53 @@ def test_generate_is_reported_only_where_the_checked_code_calls_forward_itself()
         fully_shard(model)
         return model.generate(x)
     """) == [(7, "FSDP103")]
+
+
+def test_a_function_a_test_patches_with_a_mock_runs_no_code_of_the_run():
+    # tnt's prepare_module tests: the helper that shards is replaced by @patch, so nothing is sharded.
+    source = """
+    from unittest.mock import patch
+    import torch.nn as nn
+    from torch.distributed.fsdp import fully_shard
+
+    def shard(module):
+        for block in module.layers:
+            fully_shard(block)
+        fully_shard(module)
+        return module
+
+    def prepare(module):
+        return shard(module)
+
+    {decorator}
+    def test_dispatch(mock_shard):
+        module = nn.Module()
+        prepare(module)
+        prepare(module)
+    """
+    assert codes(source.format(decorator='@patch(f"{__name__}.shard")')) == []
+    assert codes(source.format(decorator='@patch("pkg.prepare_module.shard")')) == []
+    assert codes(source.format(decorator="@patch.object(nn, 'Module')")) != []  # another name patched: still sharded twice
+
+
+def test_a_call_expected_to_raise_is_not_followed():
+    # tnt's GPU tests: prepare_fsdp2 rejects its arguments under assertRaises before sharding anything.
+    assert codes("""
+    import pytest
+    import torch.nn as nn
+    from torch.distributed.fsdp import fully_shard
+
+    def prepare(module, strategy):
+        if strategy is None:
+            raise ValueError("no strategy")
+        for block in module.layers:
+            fully_shard(block)
+        fully_shard(module)
+
+    def test_rejects():
+        module = nn.Module()
+        with pytest.raises(ValueError):
+            prepare(module, None)
+        with pytest.raises(ValueError):
+            prepare(module, None)
+    """) == []

@@ -87,6 +87,23 @@ def decorator_name(decorator: cst.Decorator) -> str:
     return (dotted_name(node) or "").rsplit(".", 1)[-1]
 
 
+_PATCHERS = frozenset({"unittest.mock.patch", "mock.patch", "unittest.mock.patch.object", "mock.patch.object"})
+
+
+def patched_names(function: cst.FunctionDef, file) -> Iterator[str]:
+    """The names of what a test's `@patch("pkg.mod.name")` / `@patch(f"{__name__}.name")` /
+    `@patch.object(obj, "name")` decorators replace with mocks."""
+    for decorator in function.decorators:
+        call = decorator.decorator
+        if type(call) is not cst.Call or file.qualify(call.func) not in _PATCHERS or not call.args:
+            continue
+        target = call.args[1].value if (file.qualify(call.func) or "").endswith(".object") and len(call.args) > 1 else call.args[0].value
+        if type(target) is cst.SimpleString:
+            yield str(target.evaluated_value).rsplit(".", 1)[-1]
+        elif type(target) is cst.FormattedString and target.parts and type(target.parts[-1]) is cst.FormattedStringText:
+            yield target.parts[-1].value.rsplit(".", 1)[-1]
+
+
 def falsy_defaults(function: cst.FunctionDef) -> set[str]:
     """Parameters whose default is `False` or `None`."""
     params = (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)

@@ -47,6 +47,7 @@ from fsdplint.model.syntax import (
     is_sign_test,
     literal_default,
     no_statements,
+    patched_names,
     statements_of,
     subexpressions,
 )
@@ -76,6 +77,7 @@ _COLLECTS = frozenset({"append", "extend", "insert", "add"})  # list and set met
 # Methods whose result no longer holds a shard of the parameters it came from.
 _GATHERS = frozenset({"full_tensor", "to_local", "item", "tolist", "numpy"})
 _MAX_INLINE_DEPTH = 4
+_EXPECTS_RAISE = frozenset({"raises", "assertRaises", "assertRaisesRegex"})  # pytest.raises, unittest's
 _MAX_UNROLLED = 16  # a loop over at most this many known values is walked once per value
 # Expressions one flow may evaluate, its inlined callees included: past it, the flow's facts are unknown
 # (no events), so that no input makes a run take minutes. The largest flow of accelerate's 1,846
@@ -122,6 +124,9 @@ class Walker:
         self.forwarded_to: FunctionInfo | None = None
         if function is not None and any(decorator_name(d) in distributed.MAIN_PROCESS_DECORATORS for d in function.node.decorators):
             self.rank_guards += (RankGuard(function.node, GUARD_DECORATED, file, chain),)
+        # Functions a test replaces with mocks (`@patch("pkg.mod.shard")`): calls of them run no code of the run.
+        self.patched: frozenset[str] = frozenset(patched_names(function.node, file)) if function is not None and depth == 0 else frozenset()
+        self.raising = False  # in the body of `pytest.raises(...)`: the functions it calls are not followed
 
     @contextmanager
     def guarded(self, node: cst.CSTNode, branch: str, test: RankTest | None, applies: bool) -> Iterator[None]:
@@ -279,7 +284,13 @@ class Walker:
                 if item.asname:
                     self.bind(item.asname.name, value)
             self.meta_depth += meta
+            # Under `pytest.raises` / `self.assertRaises` the body raises, where is not known: the
+            # functions it calls are not followed (tnt's prepare_fsdp2 rejecting its arguments).
+            saved_raising = self.raising
+            self.raising = self.raising or any(
+                type(item.item) is cst.Call and (dotted_name(item.item.func) or "").rsplit(".", 1)[-1] in _EXPECTS_RAISE for item in node.items)
             self.walk_suite(node.body, inner)
+            self.raising = saved_raising
             self.meta_depth -= meta
             self.contexts = saved_contexts
         elif type(node) in (cst.Try, cst.TryStar):
@@ -742,7 +753,7 @@ class Walker:
 
     def inline(self, callee: FunctionInfo, node: cst.Call, args: tuple[Value, ...], kwargs: dict[str, Value], receiver: Value, statement: cst.CSTNode, parents: tuple) -> Value:
         callee.called = True
-        if self.depth >= _MAX_INLINE_DEPTH or id(callee.node) in self.stack:
+        if self.depth >= _MAX_INLINE_DEPTH or id(callee.node) in self.stack or callee.name in self.patched or self.raising:
             event = self.emit(CALL, node, statement=statement, parents=parents, qname=callee.qualname, args=args, kwargs=kwargs)
             return Value(event=event)
         wrapped = self.decorator_wrapper(callee) if self.forwarded is None or self.forwarded_to is not callee else None
@@ -755,7 +766,7 @@ class Walker:
             walker = Walker(self.flow, wrapper.file, wrapper, {holder: Value(callees=(callee,))}, f"{wrapper.name}@{self.flow.program.next_call_id()}:",
                              self.chain + (callee.name,), self.depth + 1, self.stack, self.outer + parents + (statement,), self.rank_guards,
                              self.call_sites + (node,), self.contexts, self.arms)
-            walker.forwarded, walker.forwarded_to = (args, kwargs), callee
+            walker.forwarded, walker.forwarded_to, walker.patched = (args, kwargs), callee, self.patched
             walker.walk_suite(wrapper.node.body, ())
             return walker.returned
         # The wrapper's own call of the function it decorates continues the caller's call.
@@ -791,6 +802,7 @@ class Walker:
         chain, call_sites = (self.chain, self.call_sites) if through_wrapper else (self.chain + (callee.name,), self.call_sites + (node,))
         walker = Walker(self.flow, callee.file, callee, env, prefix, chain, self.depth + 1, self.stack,
                          self.outer + parents + (statement,), self.rank_guards, call_sites, self.contexts, self.arms)
+        walker.patched = self.patched
         walker.walk_suite(callee.node.body, ())
         return walker.returned
 
