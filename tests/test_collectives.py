@@ -316,3 +316,35 @@ def test_rank_zero_and_the_ranks_above_it_each_reach_a_collective():
         assert [d.code for d in check_source(textwrap.dedent(source.format(test=test)), select=["FSDP203"])] == [], test
     # `rank > 1` leaves rank 1 out: it reaches no broadcast.
     assert [d.code for d in check_source(textwrap.dedent(source.format(test="> 1")), select=["FSDP203"])] == ["FSDP203"]
+
+
+def test_a_full_state_dict_read_before_a_deep_helper_shards_the_model():
+    # composer: the shards are four calls below a caller's flow, but in reach of the function's own.
+    source = """
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.fsdp import fully_shard
+
+    def shard_each(module):
+        fully_shard(module)
+
+    def apply(model):
+        shard_each(model)
+
+    def prepare(model):
+        apply(model)
+
+    def parallelize(model):
+        state = {}
+        if dist.get_rank() == 0:
+            state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+        prepare(model)
+        return state
+
+    def outer(model):
+        return parallelize(model)
+
+    def main(model):
+        return outer(model)
+    """
+    assert [d.code for d in check_source(textwrap.dedent(source), select=["FSDP203"])] == []

@@ -161,9 +161,15 @@ class Flow:
         return None
 
     def sharded_only_after(self, event: Event) -> bool:
-        """The module a state-dict helper is given is sharded in this flow, but only after the helper
-        runs: it holds plain tensors there, and gathering them needs no other rank (composer reads
-        the full state dict on rank 0 before `fully_shard`)."""
+        """The module a state-dict helper is given is sharded in this flow, or in the flow of the
+        function that holds the helper's call (which follows the sharding calls deeper than a caller's
+        does), but only after the helper runs: it holds plain tensors there, and gathering them needs
+        no other rank (composer reads the full state dict on rank 0 before `prepare_fully_shard`)."""
+        own = self.program.flow_of(event.function) if event.function is not None and event.function is not self.function else None
+        if own is not None:
+            inlined = next((mine for mine in own.of_kind(CALL) if mine.node is event.node), None)
+            if inlined is not None and own.sharded_only_after(inlined):
+                return True
         module = event.args[0].ref if event.args else None
         if module is None or self.sharding_of(module, event.index, fsdp=None) is not None:
             return False

@@ -39,6 +39,7 @@ class Program:
                 for event in flow.shard_events():
                     if any(target.root == "self" for target in event.targets):
                         self.class_shards.setdefault(key, []).append(event)
+        self._flows_by_function = {id(flow.function.node): flow for flow in self.flows if flow.function is not None}
 
     def _build_flow(self, file: FileModel, function: FunctionInfo | None) -> Flow:
         flow = Flow(self, file, function)
@@ -52,6 +53,10 @@ class Program:
             return unknown
         flow.returned = walker.returned
         return flow
+
+    def flow_of(self, function: FunctionInfo) -> Flow | None:
+        """The flow of `function`'s own body."""
+        return self._flows_by_function.get(id(function.node))
 
     @property
     def exhausted_flows(self) -> list[Flow]:
