@@ -82,7 +82,7 @@ class RankGuard:
         return " ".join(self.file.module.code_for_node(test).split()), holds
 
 
-@dataclass
+@dataclass(slots=True)  # hundreds of thousands on a large repository: no per-instance dict
 class Event:
     kind: EventKind
     node: cst.CSTNode

@@ -24,7 +24,7 @@ GLOBAL_RANK, LOCAL_RANK, SOME_RANK = RankScope
 Arms = tuple[tuple[tuple[str, int], int], ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Ref:
     """A tracked value: `root` is a flow-unique variable, `path` the attributes reached from it."""
 
@@ -66,7 +66,7 @@ class Rank:
     variable: str | None = None  # the environment variable it was read from (`RANK`); None: a call
 
 
-@dataclass
+@dataclass(slots=True)  # one for each expression evaluated: no per-instance dict
 class Value:
     """What an expression evaluates to, as far as the model cares."""
 
