@@ -93,6 +93,11 @@ COLLECTIVE_STATE_DICT_OPTIONS = frozenset({"full_state_dict", "broadcast_from_ra
 FSDP1_COLLECTIVES = frozenset({"summon_full_params", "full_optim_state_dict", "optim_state_dict", "sharded_optim_state_dict"})
 
 
+def is_torch_name(qualified: str) -> bool:
+    """A name of torch's (`torch.distributed.get_rank`): never a function of the checked files."""
+    return qualified == "torch" or qualified.startswith("torch.")
+
+
 def is_rank_name(name: str) -> bool:
     """`rank`, `local_rank`, `self.global_rank`'s `global_rank`, `self._rank`, `process_index`."""
     return bool(_RANK_NAME.fullmatch(name.lstrip("_")))

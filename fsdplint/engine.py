@@ -110,6 +110,10 @@ class Result:
     notes: list[Diagnostic] = field(default_factory=list)  # NOTE_CODES: what was left unchecked, for -v
 
     def __post_init__(self) -> None:
+        self.take_notes()
+
+    def take_notes(self) -> None:
+        """Moves the diagnostics of NOTE_CODES from the findings into `notes`."""
         self.notes += [d for d in self.diagnostics if d.code in NOTE_CODES]
         self.diagnostics = [d for d in self.diagnostics if d.code not in NOTE_CODES]
 
@@ -262,7 +266,7 @@ class Engine:
             if not applied:
                 break
         result.diagnostics = sorted(problems + result.diagnostics + failed_fixes, key=Diagnostic.sort_key)
-        result.__post_init__()
+        result.take_notes()
         return result
 
     def _analyze(self, sources: dict[str, SourceFile], pool: bool) -> tuple[list[Diagnostic], int]:

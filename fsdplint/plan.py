@@ -23,7 +23,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable, Iterable
 
-from fsdplint.distributed import DISTRIBUTED_MARKERS
+from fsdplint.distributed import DISTRIBUTED_MARKERS, is_torch_name
 
 _LINE = re.compile(r"^([ \t]*)([^\s#].*)$", re.M)
 _HEADER = re.compile(r"(?:async[ \t]+)?(def|class)[ \t]+(\w+)")
@@ -86,9 +86,9 @@ class FileText:
             if before.strip() == "":
                 for item in _split_names(clause):
                     name, _, alias = item.partition(" as ")
-                    if not _is_torch(name.strip()):
+                    if not is_torch_name(name.strip()):
                         bound.add(alias.strip() if alias else name.strip().split(".")[0])
-            elif before.lstrip().startswith("from") and _FROM_CLAUSE.fullmatch(before) and not _is_torch(before.split()[1]):
+            elif before.lstrip().startswith("from") and _FROM_CLAUSE.fullmatch(before) and not is_torch_name(before.split()[1]):
                 for item in _split_names(clause):
                     name, _, alias = item.partition(" as ")
                     imported.add(name.strip())
@@ -105,11 +105,6 @@ class FileText:
             if match.group(1) in bound:
                 refs.add(match.group(2).rsplit(".", 1)[-1].strip())
         return refs
-
-
-def _is_torch(module: str) -> bool:
-    """Names from torch are torch's (`dist.get_rank`), never a function of the checked files."""
-    return module == "torch" or module.startswith("torch.")
 
 
 def _split_names(clause: str) -> Iterable[str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Iterator
 
+from fsdplint import distributed
+
 if TYPE_CHECKING:
     import libcst as cst
 
@@ -192,7 +194,7 @@ def device_arguments(event: Event) -> Iterator[tuple[cst.CSTNode, Value]]:
     method = event.node.func.attr.value if isinstance(event.node.func, cst.Attribute) else None
     if event.kind == CALL and event.qname in DEVICE_CALLS:
         yield from positional
-    elif method in _DEVICE_METHODS and not (event.qname or "").startswith("torch."):
+    elif method in _DEVICE_METHODS and not distributed.is_torch_name(event.qname or ""):
         yield from positional[:1]
     for keyword, (node, value) in keywords.items():
         if keyword not in _DEVICE_KEYWORDS:
@@ -221,7 +223,6 @@ def argument(event: Event, position: int | None, keyword: str) -> tuple[cst.CSTN
 def over_a_group(event: Event) -> bool:
     """A collective given a process group (`group=`, `process_group=`, or at the group's position:
     `dist.barrier(self.pp_group)`), not the default group of every rank."""
-    from fsdplint import distributed
 
     name = (event.qname or "").rsplit(".", 1)[-1]
     position = distributed.PROCESS_GROUP_COLLECTIVES.get(name) if event.qname and distributed.is_process_group_collective(event.qname) else None
@@ -241,7 +242,6 @@ def script_flows(program) -> Iterator[Flow]:
 def spawns(program) -> Iterator[tuple[Flow, Event, FunctionInfo]]:
     """Each `torch.multiprocessing.spawn(fn, ...)` (or `start_processes`) in each flow, with the function
     of the run it starts: `fn` is passed, not called, so the model does not walk into it."""
-    from fsdplint import distributed
     from fsdplint.model import CALL
 
     for flow in program.flows:
@@ -251,12 +251,6 @@ def spawns(program) -> Iterator[tuple[Flow, Event, FunctionInfo]]:
                 function = value.callees[0] if len(value.callees) == 1 else program.resolve_callable(event.file, event.function, node)
                 if function is not None:
                     yield flow, event, function
-
-
-def on_every_path_to(event: Event, other: Event) -> bool:
-    """`event` runs wherever `other` runs: it sits in no arm of a branching statement (`if`, `match`,
-    `except`) that `other` is outside of, or in another arm of."""
-    return set(event.arms) <= set(other.arms)
 
 
 def process_group_backend(event: Event) -> str | None:

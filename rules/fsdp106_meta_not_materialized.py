@@ -3,6 +3,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
+from fsdplint import distributed
 from fsdplint.rule import Finding, FixAvailability, Rule, Severity
 
 # A call whose name says it fills in the weights: `init_weights`, `reset_parameters`, `load_state_dict`…
@@ -75,7 +76,7 @@ class MetaNotMaterialized(Rule):
                     name = event.method or event.qname or ""
                     if event.kind == METHOD and event.method == "to_empty":
                         state = "empty"
-                    elif (event.kind in (METHOD, CALL) and _INITIALIZES.search(name)) or (event.kind == CALL and not name.startswith("torch.")):
+                    elif (event.kind in (METHOD, CALL) and _INITIALIZES.search(name)) or (event.kind == CALL and not distributed.is_torch_name(name)):
                         break  # initialized, or handed to code that may initialize it
                     elif event.kind == METHOD and event.method in ("to", "cuda") and state == "meta":
                         yield Finding(event.file, event.node,

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from fsdplint import distributed
 from fsdplint.rule import Finding, FixAvailability, Rule, Severity
 
 # Calls that choose this process's device, or try to (FSDP305 reports the ones that do not);
@@ -98,7 +99,7 @@ def _chooses_device(event) -> bool:
     if event.kind == CALL and event.qname in _DEVICE_CHOICES:
         return True
     callee = event.method if event.kind == METHOD else event.qname
-    if not (event.qname or "").startswith("torch.") and "device" in (callee or "").lower():
+    if not distributed.is_torch_name(event.qname or "") and "device" in (callee or "").lower():
         return True  # a helper fsdplint cannot see into, such as torchtune's `utils.get_device("cuda")`
     if argument(event, None, "device_id") is not None:
         return True

@@ -175,12 +175,11 @@ class _OneNode:
     def _shown_on(self, flow, event) -> bool:
         from fsdplint import distributed
         from fsdplint.model import CALL
-        from fsdplint.rulekit import on_every_path_to
 
         is_spawned = flow.is_entry and flow.function is not None and id(flow.function.node) in self.spawned
         if is_spawned and self.spawned[id(flow.function.node)]:
             return True
-        return any(init.qname == distributed.INIT_PROCESS_GROUP and on_every_path_to(init, event)
+        return any(init.qname == distributed.INIT_PROCESS_GROUP and init.on_every_path_to(event)
                    and (_meets_locally(flow, init) or is_spawned and _spawn_index_in_fixed_world(flow, init))
                    for init in flow.of_kind(CALL))
 

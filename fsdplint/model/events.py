@@ -182,6 +182,11 @@ class Event:
         mine = dict(self.arms)
         return any(mine.get(branching, arm) != arm for branching, arm in other.arms)
 
+    def on_every_path_to(self, other: Event) -> bool:
+        """The event runs wherever `other` runs: it sits in no arm of a branching statement (`if`,
+        `match`, `except`) that `other` is outside of, or in another arm of."""
+        return set(self.arms) <= set(other.arms)
+
     def excludes(self, other: Event) -> bool:
         """The two never run in one execution: they are `exclusive`, or one needs a test true that the
         other needs false (`if args.fsdp: model = FSDP(model)` and `assert not args.fsdp; scaler = GradScaler()`)."""

@@ -109,7 +109,7 @@ class Flow:
         """`ref` was handed to a function this run cannot see, between events `start` and `end`
         (builtins such as `print` or `isinstance` do not count)."""
         for event in self.events[start:end]:
-            if event.kind == CALL and not (event.qname or "").startswith("torch.") and event.qname not in BUILTINS:
+            if event.kind == CALL and not distributed.is_torch_name(event.qname or "") and event.qname not in BUILTINS:
                 if any(arg.root == ref.root for arg in event.arg_refs()):
                     return True
         return False

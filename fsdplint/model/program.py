@@ -9,6 +9,7 @@ from pathlib import Path
 
 import libcst as cst
 
+from fsdplint import distributed
 from fsdplint.model.events import Event
 from fsdplint.model.files import FileModel, FunctionInfo
 from fsdplint.model.flow import Flow
@@ -104,7 +105,7 @@ class Program:
         return self._lookup_qualified(qualified) if qualified else None
 
     def _lookup_qualified(self, qualified: str) -> FunctionInfo | None:
-        if qualified.startswith("torch."):
+        if distributed.is_torch_name(qualified):
             return None  # torch's own (`torch.distributed.get_rank`), never a function of the checked files
         module, _, name = qualified.rpartition(".")
         candidates = [f for f in self.functions_by_name.get(name, ()) if f.qualname == name]
