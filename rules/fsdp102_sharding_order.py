@@ -104,8 +104,8 @@ class ShardingOrder(Rule):
                 continue
             if not flow.bindings.get(root) and root.root not in flow.constructed:
                 continue  # not a call's result: a list of modules built here (`[m for m in model.modules() if ...]`)
-            if any(t == root for e in flow.shard_events() for t in e.targets):
-                continue
+            if any(t.may_be(root) for e in flow.shard_events() for t in e.targets):
+                continue  # sharded, or maybe (`for m in model.modules(): fully_shard(m)` reaches `model` too)
             block_shards = [e for e in shards if any(t.root == root.root and t.is_submodule for t in e.targets)]
             last = block_shards[-1]
             if flow.escapes(root, last.index) or any(isinstance(parent, cst.If) for parent in last.parents):

@@ -611,3 +611,22 @@ def test_a_call_expected_to_raise_is_not_followed():
         with pytest.raises(ValueError):
             prepare(module, None)
     """) == []
+
+
+def test_a_loop_over_named_modules_shards_the_root_too():
+    # torchtune's test_embedding_utils: `named_modules()` starts with the model itself.
+    source = """
+import copy
+from torch.distributed.fsdp import fully_shard
+
+def build():
+    model = Model()
+    base_model = copy.deepcopy(model)
+    for name, module in reversed(list(base_model.named_modules())):
+        if isinstance(module, nn.ModuleList):
+            continue
+        fully_shard(module)
+    return 1
+"""
+    assert codes(source) == []
+    assert codes(source.replace("named_modules()", "named_children()")) == [(11, "FSDP102")]

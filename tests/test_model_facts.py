@@ -248,3 +248,19 @@ def test_an_attribute_bound_differently_by_match_cases_is_read_again_after_them(
     """), "Trainer.step")
     assert [event.qname for event in events(flow, model.CALL)][-1] == "torch.distributed.barrier"
     assert flow.returned.ref == model.Ref("self", ("_state",))
+
+
+def test_modules_yields_the_module_itself_children_does_not():
+    flow = flow_of(program_of("""
+from torch.distributed.fsdp import fully_shard
+
+def main(model):
+    for name, module in reversed(list(model.named_modules())):
+        fully_shard(module)
+    for child in model.children():
+        fully_shard(child)
+"""), "main")
+    every, children = (event.target for event in events(flow, model.SHARD))
+    root = model.Ref(every.root)
+    assert every.may_be(root) and every.is_within(root)
+    assert not children.may_be(root) and children.is_within(root)

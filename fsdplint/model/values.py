@@ -24,6 +24,12 @@ GLOBAL_RANK, LOCAL_RANK, SOME_RANK = RankScope
 Arms = tuple[tuple[tuple[str, int], int], ...]
 
 
+# Steps of a Ref's path: `[]` is any one element (`model.layers[i]`, `m` in `model.children()`); `*`
+# is the module itself or any module under it (`m` in `model.modules()`, which starts with `model`).
+ANY_ELEMENT, SELF_OR_BELOW = "[]", "*"
+_ANY_STEP = (ANY_ELEMENT, SELF_OR_BELOW)
+
+
 @dataclass(frozen=True, slots=True)
 class Ref:
     """A tracked value: `root` is a flow-unique variable, `path` the attributes reached from it."""
@@ -53,7 +59,11 @@ class Ref:
         """True when self is other or reached from it (`[]` matches any one step)."""
         if self.root != other.root or len(self.path) < len(other.path):
             return False
-        return all(mine == theirs or "[]" in (mine, theirs) for mine, theirs in zip(self.path, other.path))
+        return all(mine == theirs or mine in _ANY_STEP or theirs in _ANY_STEP for mine, theirs in zip(self.path, other.path))
+
+    def may_be(self, other: Ref) -> bool:
+        """`self` is `other`, or may be: `m` in `for m in model.modules()` (`model.*`) may be `model` itself."""
+        return self == other or self.path[-1:] == (SELF_OR_BELOW,) and Ref(self.root, self.path[:-1]).may_be(other)
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,7 @@ class Value:
     ref: Ref | None = None
     params_of: frozenset[Ref] = frozenset()  # parameters of these modules flow into the value
     iterates: Ref | None = None  # iterating the value yields sub-modules of this ref
+    iterates_self: bool = False  # ... and the module `iterates` itself first (`model.modules()`)
     event: Event | None = None  # the event that produced the value
     elements: tuple[Value, ...] | None = None  # a tuple or list literal, element by element
     # What iterating the value visits, in order, when known: a literal's elements, `itertools.chain`'s

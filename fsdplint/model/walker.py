@@ -52,8 +52,10 @@ from fsdplint.model.syntax import (
     subexpressions,
 )
 from fsdplint.model.values import (
+    ANY_ELEMENT,
     GLOBAL_RANK,
     LOCAL_RANK,
+    SELF_OR_BELOW,
     SOME_RANK,
     Arms,
     Rank,
@@ -72,6 +74,7 @@ _ITERABLE_WRAPPERS = frozenset({"enumerate", "reversed", "list", "sorted", "tupl
 _RETURNS_SELF = frozenset({"to", "cuda", "cpu", "to_empty", "train", "eval", "float", "half", "bfloat16", "requires_grad_", "apply"})
 # Module methods whose result iterates sub-modules.
 _ITERATES_SUBMODULES = frozenset({"modules", "children", "named_modules", "named_children", "values", "items"})
+_ITERATES_SELF_FIRST = frozenset({"modules", "named_modules"})  # `model.modules()` yields `model` first
 _PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
 _COLLECTS = frozenset({"append", "extend", "insert", "add"})  # list and set methods that take in elements
 # Methods whose result no longer holds a shard of the parameters it came from.
@@ -384,7 +387,7 @@ class Walker:
             # A literal kept only for a name assigned once: another assignment, later in a loop, could
             # change it before a test that comes earlier in the text.
             constant = value.constant if root and value.constant and self.assigned_once(key) else None
-            bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, elements=value.elements, rank=value.rank,
+            bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, iterates_self=value.iterates_self, elements=value.elements, rank=value.rank,
                           constant=constant, rank_test=value.rank_test, visits=value.visits, callees=value.callees, table=value.table)
         self.env[key] = bound
         if value.event is not None and value.event.binding is None:
@@ -468,7 +471,8 @@ class Walker:
         """An element of what `iterable` iterates: a sub-module, or a parameter of the modules whose
         parameters it holds (`p` in `model.parameters()`)."""
         source = iterable.iterates or iterable.ref
-        return Value(ref=source.child("[]") if source else None, params_of=iterable.params_of)
+        step = SELF_OR_BELOW if iterable.iterates and iterable.iterates_self else ANY_ELEMENT
+        return Value(ref=source.child(step) if source else None, params_of=iterable.params_of)
 
     def expr(self, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple, with_item: bool = False) -> Value:
         self.flow.steps += 1
@@ -610,7 +614,8 @@ class Walker:
             event = self.emit(WRAP, node, targets=(module.ref,) if module.ref else (), **common)
             return Value(ref=module.ref, event=event)
         if qname is None and type(func) is cst.Name and func.value in _ITERABLE_WRAPPERS and args:
-            return Value(iterates=args[0].iterates or args[0].ref, params_of=flowing, visits=_visits_through(func.value, args))
+            return Value(iterates=args[0].iterates or args[0].ref, iterates_self=args[0].iterates_self, params_of=flowing,
+                         visits=_visits_through(func.value, args))
         if qname == "itertools.chain" and args and not any(arg.star for arg in node.args):
             parts = [arg.visits if arg.visits is not None else (self.element_of(arg),) for arg in args]
             return Value(iterates=_common_ref([arg.iterates or arg.ref for arg in args]), params_of=flowing,
@@ -642,7 +647,7 @@ class Walker:
             if method in _PARAMETER_METHODS:
                 return Value(params_of=frozenset({receiver.ref}), event=event)
             if method in _ITERATES_SUBMODULES:
-                return Value(iterates=receiver.ref, event=event)
+                return Value(iterates=receiver.ref, iterates_self=method in _ITERATES_SELF_FIRST, event=event)
             if method in _RETURNS_SELF:
                 return Value(ref=receiver.ref, event=event)
             if method == "state_dict":
