@@ -363,10 +363,14 @@ def _count(number: int, noun: str, plural: str = "s") -> str:
 def summary(diagnostics: list[Diagnostic], fixed: int, options: RenderOptions = PLAIN) -> str:
     """Ruff's closing lines: how many, how many fixed, and how to fix the rest."""
     remaining = len(diagnostics)
+    warnings = sum(1 for d in diagnostics if d.severity.value == "warning")
     if fixed:
-        lines = [f"Found {_count(remaining + fixed, 'error')} ({fixed} fixed, {remaining} remaining)."]
+        # What was fixed is not told apart by severity: with warnings left, they are "problems".
+        found = _count(remaining + fixed, "problem" if warnings else "error")
+        lines = [f"Found {found} ({fixed} fixed, {remaining} remaining)."]
     elif remaining:
-        lines = [f"Found {_count(remaining, 'error')}."]
+        tally = [_count(count, noun) for count, noun in ((remaining - warnings, "error"), (warnings, "warning")) if count]
+        lines = [f"Found {' and '.join(tally)}."]
     else:
         lines = ["All checks passed!"]
     applicable = sum(1 for d in diagnostics if options.applicable(d))

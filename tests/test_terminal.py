@@ -140,7 +140,7 @@ def test_show_fixes_in_color(project):
 
 def test_show_fixes_with_fix_lists_what_was_fixed(project):
     result = run("check", "--output-format", "concise", "--fix", "--show-fixes", "bad.py", cwd=project)
-    assert "Fixed 1 error:\n- bad.py:\n    1 × FSDP103 (forward-bypasses-hooks)\n\nFound 2 errors (1 fixed, 1 remaining).\n" in result.stdout
+    assert "Fixed 1 error:\n- bad.py:\n    1 × FSDP103 (forward-bypasses-hooks)\n\nFound 2 problems (1 fixed, 1 remaining).\n" in result.stdout
 
 
 # summary (ruff's wording)
@@ -154,6 +154,7 @@ def test_show_fixes_with_fix_lists_what_was_fixed(project):
         (("--fix",), "Found 2 errors (1 fixed, 1 remaining).\nNo fixes available (1 hidden fix can be enabled with the `--unsafe-fixes` option).\n"),
         (("--fix", "--unsafe-fixes"), "Found 2 errors (2 fixed, 0 remaining).\n"),
         (("--select", "FSDP101"), "All checks passed!\n"),
+        (("--select", "FSDP104,FSDP101"), "Found 1 error.\nNo fixes available (1 hidden fix can be enabled with the `--unsafe-fixes` option).\n"),
     ],
 )
 def test_summary(tmp_path, args, summary):
@@ -169,7 +170,7 @@ def test_summary(tmp_path, args, summary):
 
 def test_full_output_leaves_a_blank_line_before_the_summary(project):
     result = run("check", "bad.py", cwd=project)
-    assert "\n\nFound 2 errors.\n[*] 1 fixable with the `--fix` option.\n" in result.stdout
+    assert "\n\nFound 1 error and 1 warning.\n[*] 1 fixable with the `--fix` option.\n" in result.stdout
 
 
 def test_full_output_underlines_every_line_of_a_span(tmp_path):
