@@ -69,14 +69,14 @@ class FullyShardAppliedTwice(Rule):
                 helper_call = caller_site(flow, second, first)
                 reported = helper_call or second
                 if helper_call is None:
-                    what = f"`{code(second, second.node)}`"
+                    what = f"`{code(second, second.node)}` shards"
                 else:
-                    what = f"`{code(helper_call, helper_call.node.func)}(...)` calls `fully_shard` on a module already sharded (at {where(second)}): it"
+                    what = f"`{code(helper_call, helper_call.node.func)}(...)` shards again (at {where(second)})"
                 fix = self._fix(second) if helper_call is None else None
                 related = (at(first, "first sharded here"),) + ((at(second, "sharded again here"),) if helper_call else ()) \
                     + calls(flow, second, below=helper_call.node if helper_call else None)
                 yield Finding(reported.file, reported.node,
-                              f"{what} shards a module that `fully_shard` already sharded at {where(first)}{via(second)}: "
+                              f"{what} a module that `fully_shard` already sharded at {where(first)}{via(second)}: "
                               f"`fully_shard` raises `AssertionError` (\"can only be applied to a module once\"); shard each module once",
                               fix, related=related)
 
