@@ -66,6 +66,8 @@ PROCESS_SPAWNERS = frozenset({"torch.multiprocessing.spawn", "torch.multiprocess
 # Calls that count this machine's accelerators.
 DEVICE_COUNTS = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count", "torch.xpu.device_count"})
 INIT_PROCESS_GROUP = "torch.distributed.init_process_group"
+# `init_device_mesh(device_type, mesh_shape, *, mesh_dim_names=None, ...)`, by the names it is imported as.
+INIT_DEVICE_MESH = frozenset({"torch.distributed.device_mesh.init_device_mesh", "torch.distributed.init_device_mesh"})
 # `init_process_group` addresses only processes of one machine meet at: a file store (a file of this
 # machine's file system) and the loopback address.
 LOCAL_INIT_METHODS = ("file://", "tcp://localhost:", "tcp://127.0.0.1:", "tcp://[::1]:")

@@ -264,3 +264,45 @@ def main(model):
     root = model.Ref(every.root)
     assert every.may_be(root) and every.is_within(root)
     assert not children.may_be(root) and children.is_within(root)
+def test_a_direct_element_of_a_container_is_told_from_a_module_at_any_depth():
+    flow = flow_of(program_of("""
+    from torch.distributed.fsdp import fully_shard
+    def main(model):
+        for layer in model.layers:
+            fully_shard(layer)
+        for i, block in enumerate(model.blocks.values()):
+            if i % 2:
+                fully_shard(block)
+        fully_shard(model.layers[0])
+        fully_shard(model.layers[i])
+        for m in model.modules():
+            fully_shard(m)
+    """), "main")
+    loop, odd, first, computed, anywhere = (event.args[0] for event in events(flow, model.SHARD))
+    assert loop.element == model.Element(model.Ref("model", ("layers",)), None, ()) and loop.ref == model.Ref("model", ("layers", "[]"))
+    assert odd.element.container == model.Ref("model", ("blocks",)) and odd.element.index is None
+    assert first.element == model.Element(model.Ref("model", ("layers",)), "0")
+    assert computed.element.index == "?"
+    assert anywhere.element is None  # `modules()`: a module at any depth, or `model` itself
+
+
+def test_a_name_called_as_a_class_is_what_built_the_object_through_to():
+    flow = flow_of(program_of("""
+    from models import GPT
+    class TinyLM:
+        pass
+    def main(device):
+        model = TinyLM(4).to(device)
+        other = GPT(config).cuda()
+        plain = make()
+    """), "main")
+    assert flow.instances == {"model": "TinyLM", "other": "models.GPT", "plain": "make"}  # a name called: a class or a function
+
+
+def test_an_attribute_assignment_records_the_value_assigned():
+    flow = flow_of(program_of("""
+    def main(model):
+        model.output.weight = model.tok_embeddings.weight
+    """), "main")
+    (tie,) = events(flow, model.ASSIGN)
+    assert tie.target == model.Ref("model", ("output", "weight")) and tie.value.ref == model.Ref("model", ("tok_embeddings", "weight"))

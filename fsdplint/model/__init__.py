@@ -54,6 +54,7 @@ from fsdplint.model.names import FSDP1_WRAPPER, FULLY_SHARD, canonical, dotted_n
 from fsdplint.model.program import Program
 from fsdplint.model.values import (
     GLOBAL_RANK,
+    Element,
     LOCAL_RANK,
     SOME_RANK,
     Rank,
@@ -64,7 +65,7 @@ from fsdplint.model.values import (
 from fsdplint.model.walker import FLOW_BUDGET
 
 __all__ = [
-    "ASSIGN", "CALL", "CALL_VALUE", "ENTER", "FLOW_BUDGET", "FSDP1_WRAPPER", "FULLY_SHARD", "GLOBAL_RANK", "GUARD_AFTER_EXIT",
+    "ASSIGN", "CALL", "CALL_VALUE", "ENTER", "Element", "FLOW_BUDGET", "FSDP1_WRAPPER", "FULLY_SHARD", "GLOBAL_RANK", "GUARD_AFTER_EXIT",
     "GUARD_BODY", "GUARD_DECORATED", "GUARD_ELSE", "LOCAL_RANK", "META", "METHOD", "OPTIMIZER", "SHARD", "SOME_RANK", "WRAP",
     "Event", "EventKind", "FileModel", "Flow", "FunctionInfo", "GuardBranch", "Program", "Rank", "RankGuard", "RankScope", "RankTest", "Ref", "Value", "build_file_model",
     "canonical", "dotted_name",

@@ -107,6 +107,7 @@ class Event:
     arms: Arms = ()  # the arm of each branching statement around the node, across inlined calls
     call_sites: tuple[cst.Call, ...] = ()  # the call that entered each function of `chain` after the first
     contexts: tuple[Event, ...] = ()  # the `with` items around the node, across inlined calls, outermost first
+    value: Value | None = None  # ASSIGN: the value assigned (`model.output.weight = model.tok_embeddings.weight`)
 
     def keywords_set_true(self) -> frozenset[str]:
         """The keyword arguments written as `True` (`StateDictOptions(full_state_dict=True)`)."""

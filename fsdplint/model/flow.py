@@ -41,6 +41,8 @@ class Flow:
         self.returned = Value()
         # root -> qualified name of the call that built it (`torch.nn.Linear`)
         self.constructed: dict[str, str] = {}
+        # root -> the class a call built it by (Value.built_by): `TinyLM` for `model = TinyLM(args).to(device)`
+        self.instances: dict[str, str] = {}
         # root -> roots of the values it was computed from (`module = get_module(model, path)`)
         self.derived_from: dict[str, set[str]] = {}
         self._by_kind: dict[str, list[Event]] = {}  # the events, by kind, up to _indexed

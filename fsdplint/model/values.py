@@ -76,6 +76,19 @@ class Rank:
     variable: str | None = None  # the environment variable it was read from (`RANK`); None: a call
 
 
+@dataclass(frozen=True, slots=True)
+class Element:
+    """A value that is one direct element of a container (`model.layers[0]`, `layer` in `for layer in
+    model.layers`), which the ref's `[]` step alone does not tell from a module at any depth
+    (`m` in `for m in model.modules()`)."""
+
+    container: Ref  # the container (`model.layers`)
+    # The subscript's literal index as written (`"0"`, `"'attn'"`), "?" for a computed one; None for a
+    # loop variable that is, in turn, each element of the container.
+    index: str | None
+    arms: Arms = ()  # for a loop variable, the arms the loop runs in (Event.arms of code not under a test in its body)
+
+
 @dataclass(slots=True)  # one for each expression evaluated: no per-instance dict
 class Value:
     """What an expression evaluates to, as far as the model cares."""
@@ -96,6 +109,11 @@ class Value:
     constant: str | None = None  # "None", "True" or "False": a literal passed for a parameter
     rank_test: RankTest | None = None  # a condition whose outcome depends on the rank
     always_false: bool = False  # a parameter left at its default `False`/`None`: `if` on it takes no branch
+    element: Element | None = None  # the value is a direct element of a container (see Element)
+    each_of: Ref | None = None  # iterating the value visits every direct element of this container (`model.layers.items()`)
+    # The class (or function) a call built the object by, through methods that return it (`TinyLM(args).to(device)`):
+    # its qualified name, or its name alone for a class of the file.
+    built_by: str | None = None
 
 
 @dataclass(frozen=True)

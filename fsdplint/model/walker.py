@@ -54,6 +54,7 @@ from fsdplint.model.syntax import (
 from fsdplint.model.values import (
     ANY_ELEMENT,
     GLOBAL_RANK,
+    Element,
     LOCAL_RANK,
     SELF_OR_BELOW,
     SOME_RANK,
@@ -75,6 +76,8 @@ _RETURNS_SELF = frozenset({"to", "cuda", "cpu", "to_empty", "train", "eval", "fl
 # Module methods whose result iterates sub-modules.
 _ITERATES_SUBMODULES = frozenset({"modules", "children", "named_modules", "named_children", "values", "items"})
 _ITERATES_SELF_FIRST = frozenset({"modules", "named_modules"})  # `model.modules()` yields `model` first
+_ITERATES_ELEMENTS = frozenset({"children", "named_children", "values", "items"})  # ... the direct elements, each of them
+_VISITS_EVERY_ELEMENT = frozenset({"enumerate", "reversed", "list", "sorted", "tuple", "iter"})  # wrappers that leave none out
 _PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
 _COLLECTS = frozenset({"append", "extend", "insert", "add"})  # list and set methods that take in elements
 # Methods whose result no longer holds a shard of the parameters it came from.
@@ -260,6 +263,10 @@ class Walker:
                     self.walk_suite(node.orelse.body, inner)
                 return None
             element = self.element_of(iterable)
+            container = iterable.ref if iterable.iterates is None else iterable.each_of
+            if container is not None and element.ref is not None:
+                # `for layer in model.layers`: each direct element in turn, wherever the body runs.
+                element = replace(element, element=Element(container, None, self.arms))
             before = self.env
             self.env = dict(before)
             self.bind(node.target, element)
@@ -370,7 +377,7 @@ class Walker:
         if type(target) in (cst.Attribute, cst.Subscript) and statement is not None:
             assigned = self.ref_of(target)
             if assigned is not None:  # `model.tok_embeddings = new`: a sub-module replaced
-                self.emit(ASSIGN, target, statement, parents, targets=(assigned,))
+                self.emit(ASSIGN, target, statement, parents, targets=(assigned,), value=value)
         key = dotted_name(target)
         if key is None:
             return
@@ -387,8 +394,11 @@ class Walker:
             # A literal kept only for a name assigned once: another assignment, later in a loop, could
             # change it before a test that comes earlier in the text.
             constant = value.constant if root and value.constant and self.assigned_once(key) else None
-            bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, iterates_self=value.iterates_self, elements=value.elements, rank=value.rank,
-                          constant=constant, rank_test=value.rank_test, visits=value.visits, callees=value.callees, table=value.table)
+            bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, iterates_self=value.iterates_self, elements=value.elements,
+                          rank=value.rank, constant=constant, rank_test=value.rank_test, visits=value.visits, callees=value.callees,
+                          table=value.table, built_by=value.built_by)
+            if root and value.built_by:
+                self.flow.instances[root] = value.built_by
         self.env[key] = bound
         if value.event is not None and value.event.binding is None:
             value.event.binding = bound.ref
@@ -502,7 +512,11 @@ class Walker:
             index = node.slice[0].slice if len(node.slice) == 1 else None
             if type(index) is cst.Index and self.file.qualify(node.value) == "os.environ":  # os.environ["LOCAL_RANK"]
                 return Value(rank=_rank_variable(index.value))
-            return Value(ref=base.ref.child("[]") if base.ref else None, callees=base.table)
+            element = None
+            if base.ref is not None and type(index) is cst.Index:  # `model.layers[0]`: one direct element
+                literal = type(index.value) in (cst.Integer, cst.SimpleString)
+                element = Element(base.ref, index.value.value if literal else "?")
+            return Value(ref=base.ref.child("[]") if base.ref else None, callees=base.table, element=element)
         if type(node) is cst.Call:
             return self.call(node, statement, parents, with_item)
         if type(node) in (cst.Lambda, cst.FunctionDef, cst.ClassDef):
@@ -614,8 +628,9 @@ class Walker:
             event = self.emit(WRAP, node, targets=(module.ref,) if module.ref else (), **common)
             return Value(ref=module.ref, event=event)
         if qname is None and type(func) is cst.Name and func.value in _ITERABLE_WRAPPERS and args:
+            each_of = (args[0].each_of or (args[0].ref if args[0].iterates is None else None)) if func.value in _VISITS_EVERY_ELEMENT else None
             return Value(iterates=args[0].iterates or args[0].ref, iterates_self=args[0].iterates_self, params_of=flowing,
-                         visits=_visits_through(func.value, args))
+                         visits=_visits_through(func.value, args), each_of=each_of)
         if qname == "itertools.chain" and args and not any(arg.star for arg in node.args):
             parts = [arg.visits if arg.visits is not None else (self.element_of(arg),) for arg in args]
             return Value(iterates=_common_ref([arg.iterates or arg.ref for arg in args]), params_of=flowing,
@@ -647,7 +662,8 @@ class Walker:
             if method in _PARAMETER_METHODS:
                 return Value(params_of=frozenset({receiver.ref}), event=event)
             if method in _ITERATES_SUBMODULES:
-                return Value(iterates=receiver.ref, iterates_self=method in _ITERATES_SELF_FIRST, event=event)
+                return Value(iterates=receiver.ref, iterates_self=method in _ITERATES_SELF_FIRST, event=event,
+                             each_of=receiver.ref if method in _ITERATES_ELEMENTS else None)
             if method in _RETURNS_SELF:
                 return Value(ref=receiver.ref, event=event)
             if method == "state_dict":
@@ -660,11 +676,13 @@ class Walker:
             return receiver  # `nn.Linear(4, 4).to(device)` is still the module `nn.Linear(...)` built
         callee_ref = self.ref_of(func) if qname is None else None
         if callee_ref is not None:
-            return Value(event=self.emit(CALL_VALUE, node, targets=(callee_ref,), **common))
+            # `TinyLM(...)`: a name of no function of the run, nor imported: a class of the file, by its name.
+            return Value(event=self.emit(CALL_VALUE, node, targets=(callee_ref,), **common), built_by=func.value if type(func) is cst.Name else None)
         event = self.emit(CALL, node, **{**common, "qname": qname or dotted_name(func)})
         if qname in distributed.RETURNS_ITS_MODULE and args and args[0].ref is not None:
             return args[0]  # `model = parallelize_module(model, ...)` is still `model`
-        return Value(event=event, params_of=flowing if qname is None else frozenset(), rank=self.rank_of_call(qname, func, node, args))
+        built_by = qname if qname is not None else receiver.built_by if type(func) is cst.Attribute and func.attr.value in _RETURNS_SELF else None
+        return Value(event=event, params_of=flowing if qname is None else frozenset(), rank=self.rank_of_call(qname, func, node, args), built_by=built_by)
 
     @staticmethod
     def rank_of_call(qname: str | None, func: cst.CSTNode, node: cst.Call, args: tuple[Value, ...]) -> Rank | None:
