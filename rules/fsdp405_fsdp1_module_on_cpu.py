@@ -121,21 +121,32 @@ class Fsdp1ModuleOnCpu(Rule):
     def _fix(wrap):
         import libcst as cst
 
-        from fsdplint.fixes import Fix, Replace
+        from fsdplint.fixes import Fix, Replace, generated_layout, line_limit
         from fsdplint.rulekit import qualified_reference
 
         torch = qualified_reference(wrap.file, "torch")
         if torch is None:
             return None
+        added = f"device_id={torch}.cuda.current_device()"
+        call = wrap.file.code(wrap.node)
+        start = wrap.file.position(wrap.node).start
+        line = wrap.file.source.text.splitlines()[start.line - 1]
+        if "\n" not in call and len(line) + len(added) + 2 > line_limit(wrap.file):
+            # Wrapped as black wraps a call: one argument a line, indented one unit past the statement.
+            indent = line[:len(line) - len(line.lstrip())]
+            unit = generated_layout(wrap.file)[0]
+            arguments = [wrap.file.code(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip() for arg in wrap.node.args] + [added]
+            text = f"{wrap.file.code(wrap.node.func)}(\n" + "".join(f"{indent}{unit}{argument},\n" for argument in arguments) + f"{indent})"
+            return Fix("Pass `device_id=torch.cuda.current_device()`", safe=False,
+                       operations=[Replace(wrap.node, lambda _: cst.parse_expression(text))])
 
         def rewrite(call: cst.Call) -> cst.Call:
             args = list(call.args)
             last = args[-1]
             if last.comma is cst.MaybeSentinel.DEFAULT:
                 args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-            value = cst.parse_expression(f"{torch}.cuda.current_device()")
-            args.append(cst.Arg(value, keyword=cst.Name("device_id"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
-            return call.with_changes(args=args)
+            return call.with_changes(args=[*args, cst.Arg(cst.parse_expression(added.split("=", 1)[1]), keyword=cst.Name("device_id"),
+                                                          equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))])
 
         return Fix("Pass `device_id=torch.cuda.current_device()`", safe=False, operations=[Replace(wrap.node, rewrite)])
 
