@@ -102,7 +102,8 @@ def _sharded(flow, event, value):
     if value.ref is None:
         return None
     sharded = flow.sharding_of(value.ref, event.index, fsdp=None)
-    if sharded is None or not any(value.ref.is_within(target) and len(value.ref.path) == len(target.path) for target in sharded.targets):
+    # Sharded on every path to `Join` (not in one arm of `if fsdp: ... else: model = DDP(model)`).
+    if sharded is None or not sharded.on_every_path_to(event) or not any(value.ref.is_within(target) and len(value.ref.path) == len(target.path) for target in sharded.targets):
         return None
     made = flow.origin(value, event.index)
     if made is not None and made is not sharded and made.index > sharded.index:

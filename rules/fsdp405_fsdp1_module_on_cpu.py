@@ -82,7 +82,7 @@ class Fsdp1ModuleOnCpu(Rule):
                     continue
                 module = wrap.args[0] if wrap.args else wrap.kwargs.get("module")
                 built = flow.origin(module, wrap.index) if module is not None else None
-                if built is None or built.index < 0 and built is not module.event or built.contexts or built.exclusive(wrap) \
+                if built is None or built.index < 0 and built is not module.event or built.contexts or not built.on_every_path_to(wrap) \
                         or not program.builds_on_default_device(built):
                     continue
                 start = built.index if built.index >= 0 else wrap.index
@@ -167,7 +167,7 @@ def _first_forward(flow, wrap, CALL_VALUE, METHOD):
         if event.exclusive(wrap) or not _acts_on(event, wrapped.root) and not any(ref.root == wrapped.root for ref in event.arg_refs()):
             continue
         if event.kind == CALL_VALUE and event.target == wrapped:
-            return event
+            return event if wrap.on_every_path_to(event) else None
         if event.kind == METHOD and event.method in _MOVES:
             return None
         if flow.escapes(wrapped, event.index, event.index + 1) and (event.binding is None or event.binding.root == wrapped.root):

@@ -62,7 +62,8 @@ class Fsdp1ClipOnNonRoot(Rule):
                 if event.method != "clip_grad_norm_" or event.target is None:
                     continue
                 clipped = event.target
-                wraps = [wrap for wrap in flow.of_kind(WRAP) if wrap.index < event.index and not wrap.exclusive(event)]
+                # Wraps that run wherever the clip runs.
+                wraps = [wrap for wrap in flow.of_kind(WRAP) if wrap.index < event.index and wrap.on_every_path_to(event)]
                 # The instance clipped: a wrap of exactly this module.
                 inner = next((wrap for wrap in reversed(wraps) if any(_same(clipped, target) for target in wrap.targets)), None)
                 if inner is None:
@@ -74,7 +75,7 @@ class Fsdp1ClipOnNonRoot(Rule):
                     continue
                 # The root has run a forward before the clip: torch knows the instance is not the root.
                 forwards = [forward for forward in flow.of_kind(CALL_VALUE) if outer.index < forward.index < event.index
-                            and not forward.exclusive(event) and any(_same(forward.target, target) for target in outer.targets)]
+                            and forward.on_every_path_to(event) and any(_same(forward.target, target) for target in outer.targets)]
                 # Nothing assigned another module to its attribute since (`model.layer = Layer()`).
                 replaced = [assign for assign in flow.of_kind(ASSIGN) if outer.index < assign.index < event.index
                             and any(_same(clipped, target) for target in assign.targets)]
