@@ -23,7 +23,8 @@ class Fsdp1ModuleOnCpu(Rule):
     ## Why is this bad?
     Without `device_id`, FSDP1 leaves the module where it is and only warns ("The passed-in
     `module` is on CPU and will thus have FSDP's sharding initialization run on CPU"), but it
-    computes on the current GPU. The first forward then fails on every rank:
+    computes on the current GPU. The first forward (or an earlier call that initializes FSDP, such
+    as `summon_full_params` or `clip_grad_norm_`) then fails on every rank:
     `RuntimeError: An FSDP-managed module unexpectedly has parameters on cpu. Make sure to move the
     module to cuda:0 before training.` (torch 2.13, raised by `_check_flat_params_on_expected_device`
     in `torch/distributed/fsdp/_runtime_utils.py`; PyTorch's own FSDP tests expect this message for
@@ -70,8 +71,8 @@ class Fsdp1ModuleOnCpu(Rule):
     trigger_tokens = ("FullyShardedDataParallel",)
 
     def check(self, program) -> Iterable[Finding]:
-        from fsdplint.model import ASSIGN, CALL, CALL_VALUE, META, METHOD, WRAP
-        from fsdplint.rulekit import at, calls, code, device_arguments, via, where
+        from fsdplint.model import CALL, WRAP
+        from fsdplint.rulekit import at, calls, code, via, where
 
         for flow in program.flows:
             for wrap in flow.of_kind(WRAP):
@@ -82,7 +83,7 @@ class Fsdp1ModuleOnCpu(Rule):
                     continue
                 module = wrap.args[0] if wrap.args else wrap.kwargs.get("module")
                 built = flow.origin(module, wrap.index) if module is not None else None
-                if built is None or built.index < 0 and built is not module.event or built.contexts or not built.on_every_path_to(wrap) \
+                if built is None or built.contexts or not built.on_every_path_to(wrap) \
                         or not program.builds_on_default_device(built):
                     continue
                 start = built.index if built.index >= 0 else wrap.index
@@ -90,10 +91,8 @@ class Fsdp1ModuleOnCpu(Rule):
                 before = flow.events[:wrap.index]
                 if any(e.kind == CALL and e.qname in _DEFAULT_DEVICE_SETTERS and not e.exclusive(wrap) for e in before):
                     continue  # the program builds on another default device
-                if root is not None and (flow.escapes(module.ref, start, wrap.index) or any(
-                        _acts_on(e, root) and (e.kind in (META, ASSIGN) or e.kind == METHOD and (e.method in _MOVES or any(True for _ in device_arguments(e))
-                                                                                       or "assign" in e.kwargs))
-                        for e in flow.events[start:wrap.index])):
+                if root is not None and (flow.escapes(module.ref, start, wrap.index)
+                                         or any(_may_move(e, root) for e in flow.events[start:wrap.index])):
                     continue  # moved (or maybe moved) before the wrap
                 evidence = _cuda_evidence(flow, wrap)
                 if evidence is None:
@@ -105,10 +104,11 @@ class Fsdp1ModuleOnCpu(Rule):
                                    "which requires them to be on GPU\"")
                     related = ()
                 else:
-                    forward = _first_forward(flow, wrap, CALL_VALUE, METHOD)
+                    forward = _first_forward(flow, wrap)
                     if forward is None:
                         continue
-                    consequence = f"its first forward (at {where(forward)}) fails: \"An FSDP-managed module unexpectedly has parameters on cpu\""
+                    consequence = (f"its first forward (at {where(forward)}), or an earlier call that initializes it, fails: "
+                                   "\"An FSDP-managed module unexpectedly has parameters on cpu\"")
                     related = (at(forward, "first forward here"),)
                 shown = code(wrap, node.args[0].value) if node.args else "module"
                 yield Finding(wrap.file, node,
@@ -155,11 +155,26 @@ def _acts_on(event, root: str) -> bool:
     return any(target.root == root for target in event.targets)
 
 
-def _first_forward(flow, wrap, CALL_VALUE, METHOD):
+def _may_move(event, root: str) -> bool:
+    """The event may change the device of the module `root` (or of a part of it): a move, `apply(fn)`,
+    a method given a device, `load_state_dict(..., assign=True)`, the meta device, a sub-module assigned."""
+    from fsdplint.model import ASSIGN, META, METHOD
+    from fsdplint.rulekit import device_arguments
+
+    if not _acts_on(event, root):
+        return False
+    if event.kind in (META, ASSIGN):
+        return True
+    return event.kind == METHOD and (event.method in _MOVES or "assign" in event.kwargs or any(True for _ in device_arguments(event)))
+
+
+def _first_forward(flow, wrap):
     """The first forward of the wrapped module after the wrap, if nothing moves the wrapped module
     before it (`model = FSDP(model); model.to("cuda")` trains): no move, and no call of unknown code
     that takes it and either stands alone (`move_to_gpu(model)`) or gives the variable a new value
     (`model = prepare(model)`)."""
+    from fsdplint.model import CALL_VALUE, METHOD
+
     wrapped = wrap.binding
     if wrapped is None or wrapped.path:
         return None

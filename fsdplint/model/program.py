@@ -12,9 +12,9 @@ import libcst as cst
 
 from fsdplint import distributed
 from fsdplint.model.events import ASSIGN, CALL, CALL_VALUE, ENTER, METHOD, Event
-from fsdplint.model.names import BUILTINS
 from fsdplint.model.files import FileModel, FunctionInfo
 from fsdplint.model.flow import Flow
+from fsdplint.model.names import BUILTINS
 from fsdplint.model.syntax import bound_names, statements_of
 from fsdplint.model.walker import BudgetExhausted, Walker
 
@@ -186,7 +186,9 @@ class Program:
             return applied is not None and self._function_keeps_default_device(applied, seen)
         qname = event.qname if event.kind == CALL else None
         if qname is None and event.kind == CALL:
-            return True  # `super().__init__(...)`, a method of a value built in the expression
+            # `super().__init__(...)`; not a call of something the model could not name (`registry[kind](dim)`).
+            func = node.func
+            return type(func) is cst.Attribute and type(func.value) is cst.Call and type(func.value.func) is cst.Name and func.value.func.value == "super"
         if qname in BUILTINS:
             return True
         if qname and distributed.is_torch_name(qname):
@@ -213,8 +215,6 @@ class Program:
         # setup` in setup.py is not fms-fsdp's own `setup()`, which starts a process group.
         (candidate,) = candidates
         return candidate if relative or module.split(".")[0] in Path(candidate.file.source.path).resolve().parts else None
-
-
 
 
 # Calls that change the device modules and tensors are built on by default.
