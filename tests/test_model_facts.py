@@ -306,3 +306,57 @@ def test_an_attribute_assignment_records_the_value_assigned():
     """), "main")
     (tie,) = events(flow, model.ASSIGN)
     assert tie.target == model.Ref("model", ("output", "weight")) and tie.value.ref == model.Ref("model", ("tok_embeddings", "weight"))
+
+
+def test_a_module_built_on_the_default_device_is_known_only_from_torch_nn_and_the_runs_own_classes():
+    program = program_of("""
+import torch
+import torch.nn as nn
+import te
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+        self.apply(self._init)
+
+    def _init(self, module):
+        nn.init.zeros_(module.weight)
+
+class Net(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(dim) for _ in range(2)])
+
+class OnGpu(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim).cuda()
+
+class Placed(nn.Module):
+    def __init__(self, dim, device):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim, device=device)
+
+class Library(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.proj = te.Linear(dim, dim)
+
+class Derived(Net):
+    pass
+
+a = Net(4)
+b = nn.Sequential(nn.Linear(4, 4), Block(4))
+c = OnGpu(4)
+d = Placed(4, "cpu")
+e = Library(4)
+f = Derived(4)
+g = nn.Linear(4, 4).cuda()
+h = nn.Sequential(g)
+i = te.Linear(4, 4)
+""")
+    flow = flow_of(program, None)
+    built = {event.binding.root: program.builds_on_default_device(event) for event in flow.events if event.binding is not None}
+    assert built == {"a": True, "b": True, "c": False, "d": False, "e": False, "f": True, "g": False, "h": False, "i": False}
+    assert set(program.files[0].classes) == {"Block", "Net", "OnGpu", "Placed", "Library", "Derived"}

@@ -35,6 +35,7 @@ class FileModel:
     functions: dict[str, FunctionInfo] = field(default_factory=dict)  # by qualname
     # `self.X = Y(...)` in any class: the last name of each Y assigned to attribute X
     attribute_types: dict[str, set[str]] = field(default_factory=dict)
+    classes: dict[str, cst.ClassDef] = field(default_factory=dict)  # by qualname (`Model`, `Outer.Inner`)
     _positions: object = None
 
     @property
@@ -100,6 +101,7 @@ class _FileIndexer:
                     elif type(small) is cst.Assign:
                         self.assign(small)
             elif type(statement) is cst.ClassDef:
+                self.model.classes[".".join([name for _, name in self.scopes] + [statement.name.value])] = statement
                 self.scopes.append(("class", statement.name.value))
                 self.index(statements_of(statement.body))
                 self.scopes.pop()
