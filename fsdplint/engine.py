@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import gc
 import os
 import traceback
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from fsdplint.cache import Cache, FileFacts, code_fingerprint, content_hash, digest
 from fsdplint.config import Settings
@@ -315,10 +317,11 @@ class Engine:
         unit_sources = {display: sources[display] for display in unit.paths}
         diagnostics: list[Diagnostic] = []
         if unit.parse:
-            models, diagnostics = self._parse(unit_sources, list(unit.paths))
-            if models:
-                findings = self._run_rules(list(models.values()), diagnostics)
-                diagnostics += self._to_diagnostics(findings, diagnostics)
+            with _without_cyclic_gc():
+                models, diagnostics = self._parse(unit_sources, list(unit.paths))
+                if models:
+                    findings = self._run_rules(list(models.values()), diagnostics)
+                    diagnostics += self._to_diagnostics(findings, diagnostics)
         return self._suppress(unit_sources, diagnostics)
 
     def _parse(self, sources: dict[str, SourceFile], paths: list[str]) -> tuple[dict[str, FileModel], list[Diagnostic]]:
@@ -663,6 +666,20 @@ def _from_record(record: dict) -> Diagnostic:
 
 
 _worker_engine: Engine | None = None
+
+
+@contextmanager
+def _without_cyclic_gc() -> Iterator[None]:
+    """The parse trees and the model are hundreds of thousands of objects that live until the unit is
+    done, in no cycle worth collecting: the cyclic collector's full passes over them cost a third of
+    a large unit's time (accelerate: 56 s -> 35 s in one process, the same peak memory)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _start_worker(ruleset: RuleSet, codes: list[str], settings: Settings) -> None:
