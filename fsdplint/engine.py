@@ -11,6 +11,7 @@ import fnmatch
 import gc
 import os
 import traceback
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -401,6 +402,13 @@ class Engine:
                 diagnostics.append(self._file_problem(flow.file.display, "FSDP006", f"the analysis of {where} ran past its budget: "
                                                       "its facts are unknown and no rule reports on it", line, 1,
                                                       flow.file.source.text.splitlines()[line - 1:line]))
+            skipped = Counter(flow.file.display for flow in program.skipped_flows)
+            for file in {flow.file.display: flow.file for flow in program.skipped_flows}.values():
+                count = skipped[file.display]
+                diagnostics.append(self._file_problem(file.display, "FSDP006", f"the analysis budget of the files checked with this one was "
+                                                      f"spent before {count} of this file's bodies (functions or the module) were "
+                                                      "analyzed: their facts are unknown and no rule reports on them", 1, 1,
+                                                      file.source.text.splitlines()[:1]))
             for rule in self.rules:
                 findings += self._check_isolated(rule, program, diagnostics)
         return findings

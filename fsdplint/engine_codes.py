@@ -167,7 +167,9 @@ class AnalysisBudgetExhausted(Rule):
     ## What it does
     Reports a function (or module body) whose analysis ran past its work budget: the calls it makes,
     followed into the functions they reach, add up to more than the semantic model walks for one
-    function. What the model knows of it is then unknown, and no rule reports on it.
+    function. What the model knows of it is then unknown, and no rule reports on it. The files
+    analyzed together have a budget too: once it is spent, the bodies not yet analyzed are unknown,
+    told once per file (files that import FSDP are analyzed first).
 
     It is shown only with `-v`, on stderr, and never changes the exit code.
 

@@ -360,3 +360,33 @@ i = te.Linear(4, 4)
     built = {event.binding.root: program.builds_on_default_device(event) for event in flow.events if event.binding is not None}
     assert built == {"a": True, "b": True, "c": False, "d": False, "e": False, "f": True, "g": False, "h": False, "i": False}
     assert set(program.files[0].classes) == {"Block", "Net", "OnGpu", "Placed", "Library", "Derived"}
+
+
+def test_past_the_programs_budget_the_flows_left_are_unknown_files_that_import_fsdp_first(monkeypatch):
+    from fsdplint.model import program as program_module
+
+    texts = {
+        "helpers.py": "import torch.distributed as dist\n\ndef sync():\n    dist.barrier()\n",
+        "train.py": "from torch.distributed.fsdp import fully_shard\n\ndef main(model):\n    fully_shard(model)\n    model.forward(1)\n",
+    }
+    files = [model.build_file_model(SourceFile(Path(name), name, text, "utf-8", False), cst.parse_module(text)) for name, text in texts.items()]
+    monkeypatch.setattr(program_module, "PROGRAM_BUDGET", 3)
+    program = model.Program(files)
+    assert [flow.file.display for flow in program.flows if not flow.skipped] == ["train.py"]  # its function's 3 expressions
+    assert {(flow.file.display, flow.function.qualname if flow.function else None) for flow in program.skipped_flows} == {
+        ("helpers.py", "sync"), ("helpers.py", None), ("train.py", None)}
+    assert all(not flow.events for flow in program.skipped_flows)
+
+
+def test_functions_skipped_for_the_programs_budget_are_one_note_per_file(monkeypatch, tmp_path):
+    from fsdplint.api import _engine
+    from fsdplint.discovery import discover
+    from fsdplint.model import program as program_module
+
+    (tmp_path / "train.py").write_text("from torch.distributed.fsdp import fully_shard\n\ndef main(model):\n    fully_shard(model)\n\ndef other(model):\n    fully_shard(model)\n")
+    monkeypatch.setattr(program_module, "PROGRAM_BUDGET", 1)
+    engine = _engine(None, None, None, True)
+    sources, problems = engine.read(discover([tmp_path], engine.settings.excluded, engine.settings.project_root, force_exclude=False))
+    notes = engine.check(sources, problems).notes
+    assert [(note.code, note.message.split(":")[0]) for note in notes] == [
+        ("FSDP006", "the analysis budget of the files checked with this one was spent before 2 of this file's bodies (functions or the module) were analyzed")]

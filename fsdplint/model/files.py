@@ -8,7 +8,7 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import CodeRange, PositionProvider
 
-from fsdplint.model.names import canonical, dotted_name
+from fsdplint.model.names import FSDP1_WRAPPER, FULLY_SHARD, canonical, dotted_name
 from fsdplint.model.syntax import statements_of, suites_of
 from fsdplint.plan import module_name_for
 from fsdplint.source import SourceFile
@@ -41,6 +41,11 @@ class FileModel:
     @property
     def display(self) -> str:
         return self.source.display
+
+    @property
+    def imports_fsdp(self) -> bool:
+        """The file imports `fully_shard` or `FullyShardedDataParallel` (under any name)."""
+        return any(canonical(name) in (FULLY_SHARD, FSDP1_WRAPPER) for name in self.imports.values())
 
     @property
     def is_test(self) -> bool:

@@ -50,6 +50,7 @@ class Flow:
         self.steps = 0  # expressions evaluated, against FLOW_BUDGET
         self.versions = 0  # bindings that made a new value of a name (`model#3`)
         self.exhausted = False  # the budget ran out: the flow holds no events
+        self.skipped = False  # the program's budget ran out before it: the flow holds no events
 
     @property
     def is_entry(self) -> bool:

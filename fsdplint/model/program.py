@@ -16,7 +16,7 @@ from fsdplint.model.files import FileModel, FunctionInfo
 from fsdplint.model.flow import Flow
 from fsdplint.model.names import BUILTINS
 from fsdplint.model.syntax import bound_names, statements_of
-from fsdplint.model.walker import BudgetExhausted, Walker
+from fsdplint.model.walker import PROGRAM_BUDGET, BudgetExhausted, Walker
 
 
 class Program:
@@ -32,8 +32,11 @@ class Program:
                 self.functions_by_name.setdefault(function.name, []).append(function)
         # Functions before module bodies: when two flows report one node, the first (and shortest
         # "via" chain) is kept.
-        self.flows = [self._build_flow(file, function) for file in files for function in file.functions.values()]
-        self.flows += [self._build_flow(file, None) for file in files]
+        owners = [(file, function) for file in files for function in file.functions.values()] + [(file, None) for file in files]
+        # The run's budget goes first to the files that import FSDP, whose flows rules report on most.
+        self.steps_left = PROGRAM_BUDGET
+        built = {id(owner): self._build_flow(*owner) for owner in sorted(owners, key=lambda owner: not owner[0].imports_fsdp)}
+        self.flows = [built[id(owner)] for owner in owners]
         # Modules a class shards on `self` in any of its methods, for its other methods.
         self.class_shards: dict[tuple[str, str], list[Event]] = {}
         for flow in self.flows:
@@ -46,14 +49,19 @@ class Program:
 
     def _build_flow(self, file: FileModel, function: FunctionInfo | None) -> Flow:
         flow = Flow(self, file, function)
+        if self.steps_left <= 0:
+            flow.skipped = True  # the run's budget is spent: unknown, as past a flow's own budget
+            return flow
         walker = Walker(flow, file, function, env={}, prefix="", chain=(function.name,) if function else ("<module>",), depth=0)
         body = function.node.body if function else file.module
         try:
             walker.walk_suite(body, ())
         except BudgetExhausted:
+            self.steps_left -= flow.steps
             unknown = Flow(self, file, function)
             unknown.exhausted = True
             return unknown
+        self.steps_left -= flow.steps
         flow.returned = walker.returned
         return flow
 
@@ -63,7 +71,13 @@ class Program:
 
     @property
     def exhausted_flows(self) -> list[Flow]:
+        """Flows past their own budget."""
         return [flow for flow in self.flows if flow.exhausted]
+
+    @property
+    def skipped_flows(self) -> list[Flow]:
+        """Flows not built: the run's budget was spent before them."""
+        return [flow for flow in self.flows if flow.skipped]
 
     def only(self, file: FileModel) -> Program:
         """This program seen from one file: its flows only (callees from other files stay inlined)."""
