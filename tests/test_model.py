@@ -630,3 +630,29 @@ def build():
 """
     assert codes(source) == []
     assert codes(source.replace("named_modules()", "named_children()")) == [(11, "FSDP102")]
+
+
+def test_a_script_imports_the_module_beside_it_when_two_folders_hold_one_of_that_name(tmp_path: Path):
+    # gpt-fast: tp.py and mixtral-moe/tp.py, each imported by the generate.py beside it.
+    parallel = """
+        from torch.distributed.fsdp import fully_shard
+
+        def parallelize(model):
+            fully_shard(model.{block})
+            fully_shard(model)
+    """
+    script = """
+        import torch
+        from tp import parallelize
+
+        def main():
+            model = Net()
+            optimizer = torch.optim.AdamW(model.parameters())
+            parallelize(model)
+    """
+    (tmp_path / "moe").mkdir()
+    for folder, block in ((tmp_path, "layers[0]"), (tmp_path / "moe", "experts[0]")):
+        (folder / "tp.py").write_text(textwrap.dedent(parallel.format(block=block)))
+        (folder / "generate.py").write_text(textwrap.dedent(script))
+    found = sorted((str(Path(d.path).resolve().relative_to(tmp_path.resolve())), d.line, d.code) for d in check_paths([tmp_path]))
+    assert found == [("generate.py", 7, "FSDP104"), ("moe/generate.py", 7, "FSDP104")]

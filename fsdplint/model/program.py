@@ -116,9 +116,9 @@ class Program:
             qualified = file.imports.get(name)
             if qualified is None:
                 return None
-            return self._lookup_qualified(qualified)
+            return self._lookup_qualified(qualified, file)
         qualified = file.qualify(func)
-        return self._lookup_qualified(qualified) if qualified else None
+        return self._lookup_qualified(qualified, file) if qualified else None
 
     def class_of(self, file: FileModel, func: cst.CSTNode) -> tuple[FileModel, str] | None:
         """The class of this run a name or attribute refers to (defined in `file`, or imported), as its
@@ -212,7 +212,7 @@ class Program:
         found = self.class_of(event.file, node.func)
         return found is not None and self._class_on_default_device(*found, seen)
 
-    def _lookup_qualified(self, qualified: str) -> FunctionInfo | None:
+    def _lookup_qualified(self, qualified: str, importer: FileModel) -> FunctionInfo | None:
         if distributed.is_torch_name(qualified):
             return None  # torch's own (`torch.distributed.get_rank`), never a function of the checked files
         module, _, name = qualified.rpartition(".")
@@ -220,6 +220,11 @@ class Program:
         relative = module.startswith(".")
         module = module.lstrip(".")
         same_module = [f for f in candidates if module and (f.file.module_name == module or f.file.module_name.endswith("." + module) or module.endswith("." + f.file.module_name) or f.file.module_name.split(".")[-1] == module.split(".")[-1])]
+        if len(same_module) > 1:
+            # Two scripts' folders each with a `tp.py` (gpt-fast): a script imports the one beside it,
+            # its own folder being first on its path.
+            folder = Path(importer.source.path).resolve().parent
+            same_module = [f for f in same_module if Path(f.file.source.path).resolve().parent == folder] or same_module
         if len(same_module) == 1:
             return same_module[0]
         if len(candidates) != 1:
