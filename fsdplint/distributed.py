@@ -95,6 +95,40 @@ COLLECTIVE_STATE_DICT_OPTIONS = frozenset({"full_state_dict", "broadcast_from_ra
 FSDP1_COLLECTIVES = frozenset({"summon_full_params", "full_optim_state_dict", "optim_state_dict", "sharded_optim_state_dict"})
 
 
+# Calls that report and reach no collective, whatever they are given: logging, warnings, printing
+# (`logger.info(...)` by its method's name, the logger being any object).
+_REPORTING_MODULES = ("logging.", "warnings.")
+_REPORTING_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log", "print", "write", "flush"})
+
+
+# Methods whose work is known and reaches no collective (the ones that may, `full_tensor`, `unshard`,
+# FSDP1's `state_dict`, are Flow.collective's): torch.nn.Module's (but `forward`), a tensor's and a
+# container's or string's most common.
+KNOWN_METHODS = frozenset({
+    "add_module", "apply", "bfloat16", "buffers", "children", "compile", "cpu", "cuda", "double", "eval", "extra_repr",
+    "float", "get_buffer", "get_extra_state", "get_parameter", "get_submodule", "half", "ipu", "load_state_dict", "modules",
+    "mtia", "named_buffers", "named_children", "named_modules", "named_parameters", "parameters", "register_backward_hook",
+    "register_buffer", "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
+    "register_full_backward_pre_hook", "register_load_state_dict_post_hook", "register_load_state_dict_pre_hook",
+    "register_module", "register_parameter", "register_state_dict_post_hook", "register_state_dict_pre_hook",
+    "requires_grad_", "set_extra_state", "set_submodule", "share_memory", "state_dict", "to", "to_empty", "train", "type",
+    "xpu", "zero_grad",
+    "item", "tolist", "numpy", "detach", "clone", "size", "dim", "numel", "view", "reshape", "contiguous", "copy_", "fill_",
+    "zero_", "mul_", "add_", "div_", "sum", "mean", "max", "min", "float", "long", "int", "bool", "backward",
+    "append", "extend", "insert", "pop", "remove", "clear", "keys", "values", "items", "get", "update", "setdefault", "copy",
+    "format", "join", "split", "strip", "startswith", "endswith", "replace", "lower", "upper", "encode", "decode",
+}) | _REPORTING_METHODS
+
+
+def runs_known_code(qname: str | None, method: str | None) -> bool:
+    """A call whose work is known to reach no collective beyond what the model sees: torch's functions
+    and the builtins are the model's; these are reporting (`print`, `logging.info`, `logger.warning`)
+    and the common methods of modules, tensors and containers (`model.named_parameters()`)."""
+    if method is not None:
+        return method in KNOWN_METHODS
+    return qname is not None and (qname == "print" or qname.startswith(_REPORTING_MODULES))
+
+
 def is_torch_name(qualified: str) -> bool:
     """A name of torch's (`torch.distributed.get_rank`): never a function of the checked files."""
     return qualified == "torch" or qualified.startswith("torch.")

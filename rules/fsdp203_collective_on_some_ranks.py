@@ -79,7 +79,8 @@ class CollectiveOnSomeRanks(Rule):
             reaching = {guard.condition() for event, _ in collectives for guard in event.rank_guards}
             for event, name in collectives:
                 guard = next((g for g in reversed(event.rank_guards) if (g.condition()[0], not g.condition()[1]) not in reaching
-                              and not any(_in_other_branch(other, g) for other, _ in every)), None)
+                              and not any(_in_other_branch(other, g) for other, _ in every)
+                              and not _other_arm_calls_unseen_code(flow, event, g)), None)
                 if guard is not None:
                     yield self._finding(flow, event, name, guard)
 
@@ -103,6 +104,32 @@ class CollectiveOnSomeRanks(Rule):
                        f"`{call}` {where} {reached} on some ranks only: the other ranks never join and it hangs; "
                        f"call it on every rank and keep only the rank-0 work (the file write) under the guard",
                        related=() if direct else (at(event, f"`{name}` here"), *calls(flow, event, below=node)))
+
+
+def _other_arm_calls_unseen_code(flow, event, guard) -> bool:
+    """The other arm of the guard's `if` (its `else` or `elif`s, or the block a guard's `return` leaves)
+    calls code the model cannot see into: the other ranks may reach a collective there (NeMo's `elif
+    rank > 0: model.generate_other_ranks()`, a method of a library's class, follows rank 0's
+    broadcasts). Torch's functions, builtins, reporting (`logger.info`) and common methods are seen."""
+    from fsdplint import distributed
+    from fsdplint.model import CALL, CALL_VALUE, METHOD
+    from fsdplint.model.names import BUILTINS
+
+    arm = next(((key, number) for key, number in event.arms if key[1] == id(guard.node)), None)
+    if arm is None:
+        return False
+
+    def unseen(other) -> bool:
+        if flow.collective(other):
+            return False  # a collective the model knows
+        if other.kind == METHOD:
+            return not distributed.runs_known_code(None, other.method)
+        if other.kind == CALL:
+            qname = other.qname
+            return not (qname and (distributed.is_torch_name(qname) or qname in BUILTINS or distributed.runs_known_code(qname, None)))
+        return other.kind == CALL_VALUE
+
+    return any(unseen(other) for other in flow.events if any(key == arm[0] and number != arm[1] for key, number in other.arms))
 
 
 def _in_other_branch(event, guard) -> bool:

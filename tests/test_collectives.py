@@ -348,3 +348,39 @@ def test_a_full_state_dict_read_before_a_deep_helper_shards_the_model():
         return outer(model)
     """
     assert [d.code for d in check_source(textwrap.dedent(source), select=["FSDP203"])] == []
+
+
+def test_a_flag_set_in_the_arms_of_a_rank_test_is_that_test():
+    # NeMo's deploy_inframework_hf_triton.py: rank 0 serves (and broadcasts), the other ranks follow
+    # the broadcasts in the flag's else.
+    source = """
+    def generate_other_ranks():
+        dist.broadcast(torch.tensor([0]), src=0)
+
+    def main():
+        serve = True
+        if dist.get_rank() > 0:
+            serve = False
+        if serve:
+            dist.broadcast(torch.tensor([1]), src=0)
+        else:
+            if dist.get_rank() > 0:
+                generate_other_ranks()
+    """
+    assert lines(source) == []
+    # Without the other ranks' broadcast, rank 0's is reached on some ranks only.
+    assert lines(source.replace("                generate_other_ranks()", "                pass")) == [10]
+
+
+def test_a_rank_test_whose_other_arm_calls_code_the_model_cannot_see_is_not_judged():
+    # NeMo's deploy_inframework_triton.py checked alone: the other ranks follow rank 0's broadcast in
+    # a method of a class of another package.
+    source = """
+    def main(model):
+        if dist.get_rank() == 0:
+            dist.broadcast(torch.tensor([1]), src=0)
+        elif dist.get_rank() > 0:
+            model.generate_other_ranks()
+    """
+    assert lines(source) == []
+    assert lines(source.replace("model.generate_other_ranks()", 'logger.info("waiting")')) == [4]

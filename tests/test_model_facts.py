@@ -390,3 +390,27 @@ def test_functions_skipped_for_the_programs_budget_are_one_note_per_file(monkeyp
     notes = engine.check(sources, problems).notes
     assert [(note.code, note.message.split(":")[0]) for note in notes] == [
         ("FSDP006", "the analysis budget of the files checked with this one was spent before 2 of this file's bodies (functions or the module) were analyzed")]
+
+
+def test_a_flag_set_true_and_false_in_the_arms_of_a_rank_test_holds_where_its_true_arm_runs():
+    flow = flow_of(program_of("""
+import torch.distributed as dist
+
+def main():
+    serve = True
+    if dist.get_rank() > 0:
+        serve = False
+    if serve:
+        dist.barrier()
+    if not serve:
+        dist.barrier()
+    chosen = "a"
+    if dist.get_rank() == 0:
+        chosen = "b"
+    if chosen:
+        dist.barrier()
+"""), "main")
+    first, second, third = (event for event in events(flow, model.CALL) if event.qname == "torch.distributed.barrier")
+    assert [guard.condition() for guard in first.rank_guards] == [("dist.get_rank() == 0", True)]
+    assert [guard.condition() for guard in second.rank_guards] == [("dist.get_rank() == 0", False)]
+    assert third.rank_guards == ()  # not a flag: a string either way

@@ -54,6 +54,7 @@ class RankGuard:
     branch: GuardBranch
     file: FileModel
     chain: tuple[str, ...]  # the functions from the flow's own down to the one holding the guard
+    equivalent: tuple[str, bool] | None = None  # the test is a flag that holds exactly where this does (RankTest.equivalent)
 
     def code(self) -> str:
         """`if dist.get_rank() == 0:`, the guard as written."""
@@ -71,6 +72,9 @@ class RankGuard:
         elif rank > 0: ...` splits the ranks in two)."""
         if not type(self.node) is cst.If:
             return self.code(), True
+        if self.equivalent is not None:
+            test, holds = self.equivalent
+            return test, holds if self.branch == GUARD_BODY else not holds
         test, holds = self.node.test, self.branch == GUARD_BODY
         while type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
             test, holds = test.expression, not holds

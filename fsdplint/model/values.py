@@ -107,6 +107,7 @@ class Value:
     table: tuple[FunctionInfo, ...] = ()  # a dispatch table: a dict whose values are these functions
     rank: Rank | None = None  # the value is (or formats) the process's rank
     constant: str | None = None  # "None", "True" or "False": a literal passed for a parameter
+    literal: str | None = None  # the literal this binding of a name was given, even where `constant` is not trusted
     rank_test: RankTest | None = None  # a condition whose outcome depends on the rank
     always_false: bool = False  # a parameter left at its default `False`/`None`: `if` on it takes no branch
     element: Element | None = None  # the value is a direct element of a container (see Element)
@@ -127,9 +128,13 @@ class RankTest:
 
     when_true: bool
     when_false: bool
+    # A flag set in the arms of a test on the rank (`server = True; if rank > 0: server = False`) is
+    # true exactly where that test, as RankGuard.condition writes it, has this truth.
+    equivalent: tuple[str, bool] | None = None
 
     def negated(self) -> RankTest:
-        return RankTest(self.when_false, self.when_true)
+        flipped = (self.equivalent[0], not self.equivalent[1]) if self.equivalent else None
+        return RankTest(self.when_false, self.when_true, flipped)
 
     @staticmethod
     def combine(operator: str, left: RankTest | None, right: RankTest | None) -> RankTest | None:

@@ -144,7 +144,7 @@ class Walker:
         """Events emitted inside run under a RankGuard when `test` says the branch is rank-dependent."""
         saved = self.rank_guards
         if test is not None and applies:
-            self.rank_guards += (RankGuard(node, branch, self.file, self.chain),)
+            self.rank_guards += (RankGuard(node, branch, self.file, self.chain, test.equivalent),)
         try:
             yield
         finally:
@@ -166,17 +166,26 @@ class Walker:
         """One branching statement in one pass: each inlined call and each unrolled loop pass is its own."""
         return self.prefix + self.passes, id(branching)
 
-    def branches(self, branching: cst.CSTNode, arms: Iterable[tuple[Callable[[], None], bool]]) -> None:
+    def branches(self, branching: cst.CSTNode, arms: Iterable[tuple[Callable[[], None], bool]], rank_test: RankGuard | None = None) -> None:
         """Walks the exclusive arms of `branching` in order, each from the same bindings (each arm a
-        `walk` and whether it exits the block), then joins what the arms that fall through bound."""
+        `walk` and whether it exits the block), then joins what the arms that fall through bound.
+        With `rank_test` (the guard of the body of an `if` on the rank), a name the two arms bind to
+        `True` and `False` is a flag that holds where the arm that set it `True` runs."""
         start, reaching = self.env, []
         for number, (walk, exits) in enumerate(arms):
             self.env = dict(start)
             with self.arm(branching, number):
                 walk()
             if not exits:
-                reaching.append(self.env)
-        self.env = self.join(reaching) if reaching else start
+                reaching.append((number, self.env))
+        self.env = self.join([env for _, env in reaching]) if reaching else start
+        if rank_test is not None and len(reaching) == 2:
+            test, holds = rank_test.condition()
+            for key, value in self.env.items():
+                literals = [env[key].literal if key in env else None for _, env in reaching]
+                if "." not in key and sorted(literals, key=str) == ["False", "True"]:
+                    in_body = reaching[literals.index("True")][0] == 0
+                    self.env[key] = replace(value, rank_test=RankTest(True, True, (test, holds if in_body else not holds)))
 
     def join(self, envs: list[dict[str, Value]]) -> dict[str, Value]:
         """The bindings where paths meet: a name bound to different objects on the paths (a new
@@ -213,7 +222,7 @@ class Walker:
                     continue
                 # `if not is_main: return`: the rest of the block runs where the test is false.
                 if test is not None and test.when_false and statement.orelse is None and exits_block(statement.body):
-                    self.rank_guards += (RankGuard(statement, GUARD_AFTER_EXIT, self.file, self.chain),)
+                    self.rank_guards += (RankGuard(statement, GUARD_AFTER_EXIT, self.file, self.chain, test.equivalent),)
                 # ... and in the `else` arm of that `if` (or its body, when its `else` is what exits)
                 body_exits, else_exits = exits_block(statement.body), else_arm_exits(statement)
                 if body_exits != else_exits:
@@ -252,7 +261,8 @@ class Walker:
             # A test known true or false takes one arm; a path that ends in its arm (`return`, `raise`)
             # brings nothing to what follows.
             self.branches(node, [(body if truth is not False else no_statements, exits_block(node.body) and truth is not False),
-                                 (orelse if truth is not True else no_statements, else_arm_exits(node) and truth is not True)])
+                                 (orelse if truth is not True else no_statements, else_arm_exits(node) and truth is not True)],
+                          RankGuard(node, GUARD_BODY, self.file, self.chain, test.equivalent) if test and test.when_true and test.when_false else None)
             return test
         elif type(node) is cst.For:
             iterable = self.expr(node.iter, node, parents)
@@ -400,8 +410,8 @@ class Walker:
             # change it before a test that comes earlier in the text.
             constant = value.constant if root and value.constant and self.assigned_once(key) else None
             bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, iterates_self=value.iterates_self, elements=value.elements,
-                          rank=value.rank, constant=constant, rank_test=value.rank_test, visits=value.visits, callees=value.callees,
-                          table=value.table, built_by=value.built_by)
+                          rank=value.rank, constant=constant, literal=value.constant, rank_test=value.rank_test, visits=value.visits,
+                          callees=value.callees, table=value.table, built_by=value.built_by)
             if root and value.built_by:
                 self.flow.instances[root] = value.built_by
         self.env[key] = bound
