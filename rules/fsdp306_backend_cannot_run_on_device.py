@@ -92,7 +92,7 @@ class BackendCannotRunOnDevice(Rule):
                     continue
                 for position, keyword in distributed.tensor_arguments(event.qname or ""):
                     given = argument(event, position, keyword)
-                    made = _made_on_cpu(flow, event, given[1]) if given is not None else None
+                    made = _made_on_cpu(flow, event, *given) if given is not None else None
                     if made is None:
                         continue
                     made_event, device_node = made
@@ -135,7 +135,7 @@ def _device_type(event, node) -> str | None:
     return None
 
 
-def _made_on_cpu(flow, event, value):
+def _made_on_cpu(flow, event, node, value):
     """(the event that made the tensor, the node that names the CPU) when the value was made on the CPU in so
     many words: `torch.zeros(..., device="cpu")`, `x.cpu()`, `x.to("cpu")`; None when not known."""
     import libcst as cst
@@ -144,7 +144,7 @@ def _made_on_cpu(flow, event, value):
     from fsdplint.rulekit import argument
 
     made = flow.origin(value, event.index)
-    if made is None or type(made.node) is not cst.Call:
+    if made is None or type(made.node) is not cst.Call or not _is_whole_value(made, node):
         return None
     if made.kind == CALL and made.qname in distributed.TENSOR_FACTORIES:
         device = argument(made, None, "device")
@@ -159,6 +159,20 @@ def _made_on_cpu(flow, event, value):
         if device is not None and made.node.args[0].value is device and _device_type(made, device) == "cpu":
             return made, device
     return None
+
+
+def _is_whole_value(made, node) -> bool:
+    """The call that made the tensor is the whole expression handed over or assigned: in
+    `torch.zeros(2, device="cpu").cuda()` the model keeps the factory as the value's maker (a method
+    returning its receiver), but the tensor handed over is the one `.cuda()` made."""
+    import libcst as cst
+
+    if node is made.node:
+        return True
+    statement = made.statement
+    if type(statement) is not cst.SimpleStatementLine:
+        return False
+    return any(type(small) in (cst.Assign, cst.AnnAssign) and small.value is made.node for small in statement.body)
 
 
 def _fix(made, node):

@@ -105,6 +105,8 @@ def _verdict(flow, event) -> str | None:
     if kind in (ENTER, META, OPTIMIZER) or kind.value == "assign":
         return None  # an ENTER's body follows it in the flow
     if kind == CALL:
+        if qname in distributed.PROCESS_GROUP_STARTERS or qname in distributed.PROCESS_GROUP_QUERIES:
+            return "start"
         if qname.startswith("torch.distributed.") or qname == "torch.distributed":
             if distributed.needs_process_group(qname):
                 return "needs"
