@@ -33,6 +33,7 @@ class BackendCannotRunOnDevice(Rule):
     factory given `device="cpu"`, `.cpu()`, `.to("cpu")`). `init_process_group()` with no backend
     starts gloo for CPU and NCCL for CUDA, and `"cpu:gloo,cuda:nccl"` names both: neither is
     reported, nor is a collective over a group of its own (`group=`), which may have another backend.
+    The table's other gap, gloo given CUDA tensors for `send`/`recv`, is not checked.
 
     ## Example
     ```python

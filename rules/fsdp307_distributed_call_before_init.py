@@ -98,11 +98,11 @@ def _verdict(flow, event) -> str | None:
     asks whether one exists), or fsdplint cannot tell what it does; None: it does neither."""
     import libcst as cst
 
-    from fsdplint.model import CALL, ENTER, META, METHOD, OPTIMIZER, Ref, Value
+    from fsdplint.model import ASSIGN, CALL, ENTER, META, METHOD, OPTIMIZER, Ref, Value
     from fsdplint.model.names import BUILTINS
 
     kind, qname = event.kind, event.qname or ""
-    if kind in (ENTER, META, OPTIMIZER) or kind.value == "assign":
+    if kind in (ENTER, META, OPTIMIZER, ASSIGN):
         return None  # an ENTER's body follows it in the flow
     if kind == CALL:
         if qname in distributed.PROCESS_GROUP_STARTERS or qname in distributed.PROCESS_GROUP_QUERIES:
