@@ -177,3 +177,50 @@ def is_state_dict_helper(qname: str) -> bool:
 def is_fsdp1_collective(qname: str) -> bool:
     module, name = split_qname(qname)
     return module.endswith("FullyShardedDataParallel") and name in FSDP1_COLLECTIVES
+
+
+# The default process group: what starts it, what needs it (FSDP306, FSDP307).
+# `init_device_mesh` and a `DeviceMesh(...)` start it themselves when no group exists (`init_process_group()`
+# with no backend), and so does `fully_shard` with no `mesh=` (torch 2.13: `_init_default_mesh`).
+PROCESS_GROUP_STARTERS = frozenset({
+    INIT_PROCESS_GROUP, "torch.distributed.device_mesh.init_device_mesh", "torch.distributed.init_device_mesh",
+    "torch.distributed.device_mesh.DeviceMesh", "torch.distributed.DeviceMesh", "torch.distributed.fsdp.fully_shard",
+})
+# Calls that raise `Default process group has not been initialized` before a group exists: the rank and
+# size queries, group creation, and every collective and point-to-point call.
+NEEDS_PROCESS_GROUP = frozenset({
+    "get_rank", "get_world_size", "get_backend", "new_group", "new_subgroups", "send", "recv", "isend", "irecv",
+    *PROCESS_GROUP_COLLECTIVES,
+})
+# Calls that ask whether a group exists: code that asks may read the rank only where one does.
+PROCESS_GROUP_QUERIES = frozenset({"torch.distributed.is_initialized", "torch.distributed.distributed_c10d.is_initialized"})
+# torch.distributed calls that neither need nor start a process group.
+PROCESS_GROUP_FREE = frozenset({"is_available", "is_nccl_available", "is_gloo_available", "is_mpi_available", "is_ucc_available",
+                                "is_xccl_available", "is_torchelastic_launched", "get_node_local_rank"})
+# The tensor arguments of the calls that move tensors, by position and keyword: every one of them must be
+# on a device the group's backend serves (the object collectives move their objects themselves).
+TENSOR_ARGUMENTS = {
+    "all_reduce": ((0, "tensor"),), "broadcast": ((0, "tensor"),), "reduce": ((0, "tensor"),),
+    "all_gather": ((1, "tensor"),), "all_gather_into_tensor": ((0, "output_tensor"), (1, "input_tensor")),
+    "reduce_scatter_tensor": ((0, "output"), (1, "input")), "reduce_scatter": ((0, "output"),),
+    "gather": ((0, "tensor"),), "scatter": ((0, "tensor"),), "all_to_all_single": ((0, "output"), (1, "input")),
+    "send": ((0, "tensor"),), "recv": ((0, "tensor"),), "isend": ((0, "tensor"),), "irecv": ((0, "tensor"),),
+}
+# torch functions that make a new tensor on the device given as `device=` (on the default device without one).
+TENSOR_FACTORIES = frozenset({
+    "torch.tensor", "torch.as_tensor", "torch.zeros", "torch.ones", "torch.empty", "torch.full", "torch.rand", "torch.randn",
+    "torch.randint", "torch.arange", "torch.linspace", "torch.eye", "torch.zeros_like", "torch.ones_like", "torch.empty_like",
+    "torch.full_like", "torch.rand_like", "torch.randn_like",
+})
+
+
+def needs_process_group(qualified: str) -> bool:
+    """`torch.distributed.get_rank`, `...all_reduce`, `...new_group`: raises before a default group exists."""
+    module, name = split_qname(qualified)
+    return module in _PROCESS_GROUP_MODULES and name in NEEDS_PROCESS_GROUP
+
+
+def tensor_arguments(qualified: str) -> tuple[tuple[int, str], ...]:
+    """The (position, keyword) of each tensor a torch.distributed call sends or receives; () for others."""
+    module, name = split_qname(qualified)
+    return TENSOR_ARGUMENTS.get(name, ()) if module in _PROCESS_GROUP_MODULES else ()

@@ -414,3 +414,24 @@ def main():
     assert [guard.condition() for guard in first.rank_guards] == [("dist.get_rank() == 0", True)]
     assert [guard.condition() for guard in second.rank_guards] == [("dist.get_rank() == 0", False)]
     assert third.rank_guards == ()  # not a flag: a string either way
+
+
+def test_a_file_runs_as_a_script_when_it_tests_for_main_at_its_top_level():
+    script = program_of('import torch\n\nif __name__ == "__main__":\n    main()\n').files[0]
+    reversed_test = program_of("if '__main__' == __name__:\n    main()\n").files[0]
+    nested = program_of('def f():\n    if __name__ == "__main__":\n        main()\n').files[0]
+    library = program_of("def main():\n    pass\n").files[0]
+    assert script.runs_as_script and reversed_test.runs_as_script
+    assert not nested.runs_as_script and not library.runs_as_script
+
+
+def test_the_vocabulary_of_the_default_process_group():
+    from fsdplint import distributed
+
+    assert distributed.needs_process_group("torch.distributed.get_rank")
+    assert distributed.needs_process_group("torch.distributed.distributed_c10d.all_reduce")
+    assert not distributed.needs_process_group("torch.distributed.init_process_group")
+    assert not distributed.needs_process_group("torch.distributed.is_initialized")
+    assert "torch.distributed.fsdp.fully_shard" in distributed.PROCESS_GROUP_STARTERS  # its default mesh starts one
+    assert distributed.tensor_arguments("torch.distributed.all_gather") == ((1, "tensor"),)
+    assert distributed.tensor_arguments("torch.distributed.all_gather_object") == ()

@@ -54,6 +54,19 @@ class FileModel:
         name = Path(self.source.display).name
         return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
 
+    @property
+    def runs_as_script(self) -> bool:
+        """The file has a top-level `if __name__ == "__main__":`: it is written to be run (`python
+        train.py`, `torchrun train.py`), and its top level then runs before anything else of the run."""
+        for statement in self.module.body:
+            test = statement.test if type(statement) is cst.If else None
+            if type(test) is cst.Comparison and len(test.comparisons) == 1 and type(test.comparisons[0].operator) is cst.Equal:
+                sides = (test.left, test.comparisons[0].comparator)
+                if {type(side) for side in sides} == {cst.Name, cst.SimpleString} and \
+                        {side.value if type(side) is cst.Name else side.evaluated_value for side in sides} == {"__name__", "__main__"}:
+                    return True
+        return False
+
     def qualify(self, node: cst.CSTNode) -> str | None:
         """The canonical qualified name of an imported name or attribute chain, else None."""
         name = dotted_name(node)
