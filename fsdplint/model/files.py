@@ -37,6 +37,7 @@ class FileModel:
     attribute_types: dict[str, set[str]] = field(default_factory=dict)
     classes: dict[str, cst.ClassDef] = field(default_factory=dict)  # by qualname (`Model`, `Outer.Inner`)
     _positions: object = None
+    _qualified: dict[int, tuple[cst.CSTNode, str | None]] = field(default_factory=dict)
 
     @property
     def display(self) -> str:
@@ -69,6 +70,16 @@ class FileModel:
 
     def qualify(self, node: cst.CSTNode) -> str | None:
         """The canonical qualified name of an imported name or attribute chain, else None."""
+        # Asked of each call again in every flow that inlines it: kept per node (the node too, so
+        # that its id is never another's).
+        known = self._qualified.get(id(node))
+        if known is not None and known[0] is node:
+            return known[1]
+        qualified = self._qualify(node)
+        self._qualified[id(node)] = (node, qualified)
+        return qualified
+
+    def _qualify(self, node: cst.CSTNode) -> str | None:
         name = dotted_name(node)
         if not name:
             return None

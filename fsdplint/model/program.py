@@ -27,6 +27,7 @@ class Program:
         self._call_ids = itertools.count(1)
         self.functions_by_name: dict[str, list[FunctionInfo]] = {}
         self._bound_counts: dict[int, tuple[cst.CSTNode, Counter[str]]] = {}
+        self._resolved: dict[tuple[int, int, int], tuple[cst.CSTNode, FunctionInfo | None]] = {}
         for file in files:
             for function in file.functions.values():
                 self.functions_by_name.setdefault(function.name, []).append(function)
@@ -103,6 +104,16 @@ class Program:
 
     def resolve_callable(self, file: FileModel, caller: FunctionInfo | None, func: cst.CSTNode) -> FunctionInfo | None:
         """The function of this run a name or attribute refers to, as `resolve_function` finds it."""
+        # The same call is resolved in every flow that inlines its function: kept per node and caller.
+        key = (id(func), id(caller.node) if caller else 0, id(file))
+        known = self._resolved.get(key)
+        if known is not None and known[0] is func:
+            return known[1]
+        function = self._resolve_callable(file, caller, func)
+        self._resolved[key] = (func, function)
+        return function
+
+    def _resolve_callable(self, file: FileModel, caller: FunctionInfo | None, func: cst.CSTNode) -> FunctionInfo | None:
         if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "self":
             if caller and caller.class_name:
                 return file.functions.get(f"{caller.class_name}.{func.attr.value}")
