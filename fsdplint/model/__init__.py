@@ -49,12 +49,15 @@ from fsdplint.model.events import (
     RankGuard,
 )
 from fsdplint.model.files import FileModel, FunctionInfo, build_file_model
-from fsdplint.model.flow import Flow
+from fsdplint.model.flow import Flow, Loop
 from fsdplint.model.names import FSDP1_WRAPPER, FULLY_SHARD, canonical, dotted_name
 from fsdplint.model.program import Program
 from fsdplint.model.values import (
     GLOBAL_RANK,
     LOCAL_RANK,
+    RANK_COUNT,
+    RANK_NUMBER,
+    RANK_PART,
     SOME_RANK,
     Rank,
     RankTest,
@@ -65,7 +68,7 @@ from fsdplint.model.walker import FLOW_BUDGET
 
 __all__ = [
     "ASSIGN", "CALL", "CALL_VALUE", "ENTER", "FLOW_BUDGET", "FSDP1_WRAPPER", "FULLY_SHARD", "GLOBAL_RANK", "GUARD_AFTER_EXIT",
-    "GUARD_BODY", "GUARD_DECORATED", "GUARD_ELSE", "LOCAL_RANK", "META", "METHOD", "OPTIMIZER", "SHARD", "SOME_RANK", "WRAP",
+    "GUARD_BODY", "GUARD_DECORATED", "GUARD_ELSE", "LOCAL_RANK", "Loop", "META", "METHOD", "OPTIMIZER", "RANK_COUNT", "RANK_NUMBER", "RANK_PART", "SHARD", "SOME_RANK", "WRAP",
     "Event", "EventKind", "FileModel", "Flow", "FunctionInfo", "GuardBranch", "Program", "Rank", "RankGuard", "RankScope", "RankTest", "Ref", "Value", "build_file_model",
     "canonical", "dotted_name",
 ]

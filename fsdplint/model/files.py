@@ -33,6 +33,7 @@ class FileModel:
     imports: dict[str, str] = field(default_factory=dict)
     star_imports: list[str] = field(default_factory=list)
     functions: dict[str, FunctionInfo] = field(default_factory=dict)  # by qualname
+    classes: dict[str, cst.ClassDef] = field(default_factory=dict)  # by qualname
     # `self.X = Y(...)` in any class: the last name of each Y assigned to attribute X
     attribute_types: dict[str, set[str]] = field(default_factory=dict)
     _positions: object = None
@@ -100,6 +101,7 @@ class _FileIndexer:
                     elif type(small) is cst.Assign:
                         self.assign(small)
             elif type(statement) is cst.ClassDef:
+                self.model.classes[".".join([name for _, name in self.scopes] + [statement.name.value])] = statement
                 self.scopes.append(("class", statement.name.value))
                 self.index(statements_of(statement.body))
                 self.scopes.pop()

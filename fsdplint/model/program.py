@@ -104,6 +104,20 @@ class Program:
         qualified = file.qualify(func)
         return self._lookup_qualified(qualified) if qualified else None
 
+    def resolve_class(self, file: FileModel, func: cst.CSTNode) -> tuple[FileModel, cst.ClassDef] | None:
+        """The class of this run a name refers to (`MyDataset` of `MyDataset(...)`), with its file: defined
+        in the same file, or imported from a checked file."""
+        if type(func) is cst.Name and func.value in file.classes and func.value not in file.imports:
+            return file, file.classes[func.value]
+        qualified = file.qualify(func)
+        if qualified is None or distributed.is_torch_name(qualified):
+            return None
+        module, _, name = qualified.rpartition(".")
+        module = module.lstrip(".")
+        found = [(other, other.classes[name]) for other in self.files if name in other.classes
+                 and module and (other.module_name == module or other.module_name.endswith("." + module) or module.endswith("." + other.module_name))]
+        return found[0] if len(found) == 1 else None
+
     def _lookup_qualified(self, qualified: str) -> FunctionInfo | None:
         if distributed.is_torch_name(qualified):
             return None  # torch's own (`torch.distributed.get_rank`), never a function of the checked files
