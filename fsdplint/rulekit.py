@@ -323,3 +323,34 @@ def _within_function(event: Event, statement: cst.CSTNode) -> cst.CSTNode | None
     """`statement`, unless it is the def of a one-line function (`def f(): a(); b()`) holding `event`:
     code placed around the def would run outside the function."""
     return None if event.function is not None and statement is event.function.node else statement
+
+
+def iterates(value: Value | None, ref: Ref) -> bool:
+    """Whether looping over `value` loops over `ref` (a data loader): itself, `enumerate(ref)` or a
+    progress bar around it (`tqdm(loader)`)."""
+    from fsdplint.model import CALL
+
+    while value is not None:
+        if any(mine is not None and mine.root == ref.root and mine.path == ref.path for mine in (value.ref, value.iterates)):
+            return True
+        made = value.event
+        if made is None or made.kind != CALL or made.qname not in distributed.PROGRESS_BARS or not made.args:
+            return False
+        value = made.args[0]
+    return False
+
+
+def handed_over(events: list[Event], roots: set[str]) -> Event | None:
+    """The first of `events` that hands a value of `roots` to code fsdplint does not follow (a method
+    of a framework's object, a function of a library): what that code does with it is not known.
+    torch's functions, builtins and progress bars do not count."""
+    from fsdplint.model import CALL, CALL_VALUE, METHOD
+    from fsdplint.model.names import BUILTINS
+
+    for event in events:
+        if event.kind not in (CALL, METHOD, CALL_VALUE) or not any(ref.root in roots for ref in event.arg_refs()):
+            continue
+        if event.kind == CALL and (distributed.is_torch_name(event.qname or "") or event.qname in BUILTINS or event.qname in distributed.PROGRESS_BARS):
+            continue
+        return event
+    return None
