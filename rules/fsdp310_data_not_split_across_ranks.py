@@ -73,7 +73,7 @@ class DataNotSplitAcrossRanks(Rule):
                         yield finding
 
     def _finding(self, program, flow, loader) -> Finding | None:
-        from fsdplint.rulekit import argument, at, code, handed_over, where
+        from fsdplint.rulekit import argument, at, handed_over, rebound, where
 
         if any(arg.star for arg in loader.node.args) or argument(loader, 3, "sampler") or argument(loader, 4, "batch_sampler") \
                 or "generator" in loader.kwargs or _per_process(loader):
@@ -94,7 +94,7 @@ class DataNotSplitAcrossRanks(Rule):
             return None
         roots = {ref.root for ref in (made.binding, loader.binding, given[1].ref) if ref is not None}
         between = flow.events[made.index + 1:training.end]
-        if handed_over(between, roots) or any(_configures(event, roots) for event in between):
+        if handed_over(between, roots) or rebound(between, loader) or any(_configures(event, roots) for event in between):
             return None
         if _shuffles(loader) and _seeded_by_rank(flow, training.first):
             return None

@@ -44,7 +44,9 @@ class SamplerEpochNotSet(Rule):
     Safe: the fix inserts `sampler.set_epoch(epoch)` as the first statement of the epoch loop,
     with the loop's own variable, as the `DistributedSampler` documentation shows. It is offered
     when the loop is `for <name> in range(...)` with a block body, in the function that builds the
-    sampler or the loader, which names it (`sampler.set_epoch` or `loader.sampler.set_epoch`).
+    sampler or the loader, which names it (`sampler.set_epoch` or `loader.sampler.set_epoch`) in a
+    variable nothing else is assigned to (on another path it could hold a sampler with no
+    `set_epoch`, such as a `RandomSampler`).
 
     ## References
     - [DistributedSampler](https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler)
@@ -76,7 +78,7 @@ class SamplerEpochNotSet(Rule):
                         yield finding
 
     def _finding(self, flow, sampler, loader) -> Finding | None:
-        from fsdplint.rulekit import at, handed_over, iterates
+        from fsdplint.rulekit import at, handed_over, iterates, rebound
 
         passes = [loop for loop in flow.loops if loop.iterable is not None and iterates(loop.iterable, loader.binding)
                   and loop.first > loader.index]
@@ -88,11 +90,13 @@ class SamplerEpochNotSet(Rule):
                 continue
             epochs = min(around, key=lambda loop: loop.first)  # the outermost: it repeats the epochs
             body = epochs.body(flow)
-            if any((event.method or (event.qname or "").rsplit(".", 1)[-1]) == "set_epoch" for event in body) or handed_over(body, roots):
+            if any((event.method or (event.qname or "").rsplit(".", 1)[-1]) == "set_epoch" for event in body) or handed_over(body, roots) \
+                    or rebound(flow.events[loader.index:inner.first], loader) or rebound(flow.events[sampler.index:inner.first], sampler):
                 continue
             line = inner.file.position(inner.node).start.line
+            line = f"line {line}" if inner.file is epochs.file else f"{inner.file.display}:{line}"
             return Finding(epochs.file, epochs.node.iter if hasattr(epochs.node, "iter") else epochs.node.test,
-                           f"this epoch loop iterates the loader of a shuffling `DistributedSampler` (line {line}) and never "
+                           f"this epoch loop iterates the loader of a shuffling `DistributedSampler` ({line}) and never "
                            f"calls `set_epoch`: every epoch visits the samples in the order of epoch 0; call "
                            f"`sampler.set_epoch(epoch)` first in the loop",
                            self._fix(flow, epochs, sampler, loader), related=(at(sampler, "sampler built here"),))
@@ -103,6 +107,7 @@ class SamplerEpochNotSet(Rule):
         import libcst as cst
 
         from fsdplint.fixes import Fix, InsertBefore, parse_statements
+        from fsdplint.model import Ref
         from fsdplint.rulekit import local_name
 
         node = epochs.node
@@ -111,8 +116,15 @@ class SamplerEpochNotSet(Rule):
         made = epochs.iterable.event
         if made is None or made.qname != "range" or len(epochs.chain) != 1:
             return None
-        names = [f"{name}.set_epoch" for name in [local_name(flow, sampler.binding) if sampler.binding and len(sampler.chain) == 1 else None] if name]
-        names += [f"{name}.sampler.set_epoch" for name in [local_name(flow, loader.binding) if len(loader.chain) == 1 else None] if name]
+        def name_of(made):
+            """The variable of `made`'s result in the loop's function, when nothing else is ever assigned to
+            it (`sampler = RandomSampler(...)` on another path would have no `set_epoch`)."""
+            if made.binding is None or len(made.chain) != 1 or len(flow.bindings.get(Ref(made.binding.root), ())) != 1:
+                return None
+            return local_name(flow, made.binding)
+
+        names = [f"{name}.set_epoch" for name in [name_of(sampler)] if name]
+        names += [f"{name}.sampler.set_epoch" for name in [name_of(loader)] if name]
         if not names:
             return None
         call = f"{names[0]}({node.target.value})"

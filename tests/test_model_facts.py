@@ -313,15 +313,19 @@ def test_rank_derived_values_as_bound():
     even = data[rank * n:(rank + 1) * n]
     blocks = range(rank * n, (rank + 1) * n)
     same = range(n)
+    length = len(mine)
+    batches = range(0, len(mine), 4)
     """
     flow = model.Flow(program_of("x = 1"), None, None)
     file = program_of(text).files[0]
     flow.file = file
     walker = Walker(flow, file, None, env={}, prefix="", chain=("<module>",), depth=0)
     walker.walk_suite(file.module, ())
-    derived = {name: walker.env[name].rank_derived for name in ("more", "counted", "strided", "mine", "chunk", "even", "blocks", "same")}
+    names = ("more", "counted", "strided", "mine", "chunk", "even", "blocks", "same", "length", "batches")
+    derived = {name: walker.env[name].rank_derived for name in names}
     assert derived == {"more": model.RANK_NUMBER, "counted": model.RANK_COUNT, "strided": model.RANK_PART, "mine": model.RANK_PART,
-                       "chunk": model.RANK_PART, "even": None, "blocks": None, "same": None}
+                       "chunk": model.RANK_PART, "even": None, "blocks": None, "same": None, "length": model.RANK_PART,
+                       "batches": model.RANK_PART}
     assert walker.env["world_size"].world_size and walker.env["size"].world_size and not walker.env["rank"].world_size
     assert flow.reads_rank
 

@@ -902,14 +902,18 @@ def _is_rank_number(value: Value) -> bool:
 
 
 def _rank_derived_of_call(qname: str | None, func: cst.CSTNode, node: cst.Call, args: tuple[Value, ...]) -> str | None:
-    """`range(n + rank)`: RANK_COUNT; `range(rank, n, world_size)`, `itertools.islice(data, rank, None, world_size)`:
-    RANK_PART; `int(n + rank)`: still the number."""
+    """`range(n + rank)`: RANK_COUNT; `range(rank, n, world_size)`, `itertools.islice(data, rank, None, world_size)`,
+    `len(data[rank::world_size])` and `range(0, len(mine), batch_size)`: RANK_PART; `int(n + rank)`: still the number."""
     name = func.value if qname is None and type(func) is cst.Name else qname
     if any(arg.star for arg in node.args) or any(arg.keyword is not None for arg in node.args):
         return None
     ranked = [_is_rank_number(arg) for arg in args]
     if name in _RANK_CONVERSIONS and len(args) == 1 and args[0].rank_derived == RANK_NUMBER:
         return RANK_NUMBER
+    if name == "len" and len(args) == 1 and args[0].rank_derived == RANK_PART:
+        return RANK_PART  # the length of a part picked by the rank: it differs unless the data divides evenly
+    if name == "range" and any(arg.rank_derived == RANK_PART for arg in args[:2]) and not any(ranked):
+        return RANK_PART  # `range(0, len(mine), batch_size)`
     if name == "range" and len(args) == 1:
         return RANK_COUNT if ranked[0] else None
     if name == "range" and len(args) in (2, 3) and ranked[0] != ranked[1]:
