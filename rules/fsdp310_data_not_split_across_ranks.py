@@ -123,7 +123,8 @@ def _configures(event, roots: set[str]) -> bool:
     something of the rank (`dataset.set_rank(rank)`)."""
     from fsdplint.model import ASSIGN, METHOD
 
-    if not any(target.root in roots for target in event.targets):
+    # An element of the loader (`batch.to(device)`) is a batch, not the loader.
+    if not any(target.root in roots and target.path[:1] != ("[]",) for target in event.targets):
         return False
     return event.kind == ASSIGN or event.kind == METHOD and _per_process(event)
 
