@@ -350,7 +350,9 @@ def handed_over(events: list[Event], roots: set[str]) -> Event | None:
 
     followed = {id(event.node) for event in events if event.kind == ENTER}
     for event in events:
-        if event.kind not in (CALL, METHOD, CALL_VALUE) or id(event.node) in followed or not any(ref.root in roots for ref in event.arg_refs()):
+        # An element of a loader (`model(batch)`) is a batch, not the loader.
+        if event.kind not in (CALL, METHOD, CALL_VALUE) or id(event.node) in followed \
+                or not any(ref.root in roots and ref.path[:1] != ("[]",) for ref in event.arg_refs()):
             continue
         if event.kind == CALL and (distributed.is_torch_name(event.qname or "") or event.qname in BUILTINS or event.qname in distributed.PROGRESS_BARS):
             continue

@@ -86,7 +86,7 @@ class DataNotSplitAcrossRanks(Rule):
         if kind is None or _per_process(made):
             return None
         loops = [loop for loop in flow.loops if loop.first > loader.index and loop.iterable is not None and _iterates_loader(loop.iterable, loader)]
-        training = next((loop for loop in loops if any(event.method == "backward" for event in loop.body(flow))), None)
+        training = next((loop for loop in loops if any(_backward(event) for event in loop.body(flow))), None)
         if training is None:
             return None
         model = _distributed_model(flow, training)
@@ -110,6 +110,14 @@ def _iterates_loader(value, loader) -> bool:
     from fsdplint.rulekit import iterates
 
     return value.event is loader or (loader.binding is not None and iterates(value, loader.binding))
+
+
+def _backward(event) -> bool:
+    """`loss.backward()`, `model(x).sum().backward()`, `accelerator.backward(loss)`, `scaler.scale(loss).backward()`."""
+    import libcst as cst
+
+    node = event.node
+    return event.method == "backward" or type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "backward"
 
 
 def _per_process(event) -> bool:

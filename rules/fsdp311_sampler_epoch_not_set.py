@@ -84,8 +84,7 @@ class SamplerEpochNotSet(Rule):
                   and loop.first > loader.index]
         roots = {ref.root for ref in (sampler.binding, loader.binding) if ref is not None}
         for inner in passes:
-            around = [loop for loop in flow.loops if loop is not inner and loop.first <= inner.first and inner.end <= loop.end
-                      and loop.first > max(sampler.index, loader.index) and not _once(loop)]
+            around = [loop for loop in flow.loops if inner.within(loop) and loop.first > max(sampler.index, loader.index) and not _once(loop)]
             if not around:
                 continue
             epochs = min(around, key=lambda loop: loop.first)  # the outermost: it repeats the epochs
@@ -123,6 +122,8 @@ class SamplerEpochNotSet(Rule):
                 return None
             return local_name(flow, made.binding)
 
+        if sampler.binding is not None and name_of(sampler) is None:
+            return None  # the variable may hold another sampler, which `loader.sampler` would be too
         names = [f"{name}.set_epoch" for name in [name_of(sampler)] if name]
         names += [f"{name}.sampler.set_epoch" for name in [name_of(loader)] if name]
         if not names:

@@ -266,6 +266,7 @@ def test_loops_record_what_they_iterate_and_the_events_of_their_body():
     assert [event.qname or event.targets[0].name for event in inner.body(flow)] == ["model"]
     assert [event.qname or event.targets[0].name for event in outer.body(flow)] == ["model", "evaluate"]
     assert outer.holds(inner.body(flow)[0]) and not endless.holds(inner.body(flow)[0])
+    assert inner.within(outer) and not outer.within(inner) and not endless.within(outer)
     assert endless.iterable is None and [event.targets[0].name for event in endless.body(flow)] == ["step"]
 
 

@@ -43,12 +43,18 @@ class Loop:
     end: int
     rank_guards: tuple[RankGuard, ...] = ()  # the guards around the loop, as Event.rank_guards
     call_sites: tuple[cst.Call, ...] = ()
+    around: tuple[cst.CSTNode, ...] = ()  # the statements around it, across inlined calls (Event.outer + Event.parents)
 
     def body(self, flow: Flow) -> list[Event]:
         return flow.events[self.first:self.end]
 
     def holds(self, event: Event) -> bool:
         return self.first <= event.index < self.end
+
+    def within(self, other: Loop) -> bool:
+        """The loop runs in the body of `other` (in this pass of it: a body with no events, which
+        indexes cannot place, is placed by the statements around it)."""
+        return self is not other and other.first <= self.first and self.end <= other.end and any(node is other.node for node in self.around)
 
 
 class Flow:

@@ -271,7 +271,7 @@ class Walker:
                 self.flow.derived_from[self.env[node.target.value].ref.root] = self.roots_read(node.iter)
             first = len(self.flow.events)
             self.walk_suite(node.body, inner)
-            self.record_loop(node, iterable, first)
+            self.record_loop(node, iterable, first, parents)
             self.env = self.join([before, self.env])  # the body may run no time
             if node.orelse:
                 self.walk_suite(node.orelse.body, inner)
@@ -281,7 +281,7 @@ class Walker:
             self.env = dict(before)
             first = len(self.flow.events)
             self.walk_suite(node.body, inner)
-            self.record_loop(node, None, first)
+            self.record_loop(node, None, first, parents)
             self.env = self.join([before, self.env])
         elif type(node) is cst.With:
             meta = 0
@@ -316,9 +316,9 @@ class Walker:
             # Without a catch-all case, no case may match: a last arm that does nothing.
             self.branches(node, [(lambda case=case: self.walk_suite(case.body, inner), exits_block(case.body)) for case in node.cases] + [(no_statements, False)])
 
-    def record_loop(self, node: cst.For | cst.While, iterable: Value | None, first: int) -> None:
+    def record_loop(self, node: cst.For | cst.While, iterable: Value | None, first: int, parents: tuple[cst.CSTNode, ...]) -> None:
         self.flow.loops.append(Loop(node, iterable, self.file, self.function, self.chain, first, len(self.flow.events),
-                                    self.rank_guards, self.call_sites))
+                                    self.rank_guards, self.call_sites, self.outer + parents))
 
     def part_by_rank(self, index: cst.BaseSlice | None) -> str | None:
         """RANK_PART for a subscript that picks a part by the rank (`data[rank::world_size]`, `chunks[rank]`,
@@ -572,6 +572,8 @@ class Walker:
         params = frozenset().union(*(part.params_of for part in parts))
         if type(node) is cst.BinaryOperation and any(_is_rank_number(part) for part in parts):
             return Value(params_of=params, rank_derived=RANK_NUMBER)  # `n + rank`, `rank * per_rank`
+        if type(node) is cst.BinaryOperation and any(part.world_size for part in parts):
+            return Value(params_of=params, world_size=True)  # `global_batch // world_size`: computed from it
         if type(node) is cst.Dict and node.elements and all(type(element) is cst.DictElement for element in node.elements):
             entries = parts[1::2]  # keys and values alternate
             if all(len(entry.callees) == 1 for entry in entries):
