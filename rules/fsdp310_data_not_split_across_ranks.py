@@ -28,7 +28,9 @@ class DataNotSplitAcrossRanks(Rule):
     fsdplint does not know, a framework prepares the loader (`accelerator.prepare(loader)`, a
     trainer's `fit`), a shuffling loader's random numbers are seeded from the rank, or the loader
     is only evaluated (a loop with no `backward()`, where every rank evaluating everything is
-    redundant, not wrong). It is a warning: a dataset may be split by means it cannot see.
+    redundant, not wrong), or the training runs in a test module (`test_*.py`), where parity tests
+    feed every rank the same batches on purpose. It is a warning: a dataset may be split by means
+    it cannot see.
 
     ## Example
     ```python
@@ -66,6 +68,8 @@ class DataNotSplitAcrossRanks(Rule):
         from fsdplint.model import CALL
 
         for flow in program.flows:
+            if flow.file.is_test:
+                continue  # a parity test feeds every rank the same batches on purpose (DeepSpeed's DDP comparisons)
             for loader in flow.of_kind(CALL):
                 if loader.qname in distributed.DATA_LOADERS:
                     finding = self._finding(program, flow, loader)
