@@ -23,7 +23,12 @@ Ranks: values know whether they are this process's rank (`Value.rank`, with its 
 condition only some ranks pass (`Value.rank_test`, by fsdplint/distributed.py's vocabulary and through
 assignments and the functions of the run); each event knows the rank guards around it across inlined
 calls (`Event.rank_guards`, with `Event.call_sites` for the calls that led there), and
-`Flow.collective` says which events every rank must reach.
+`Flow.collective` says which events every rank must reach. A value computed from the rank says how it
+differs between ranks (`Value.rank_derived`: a number, an iterable of that length, or a part picked by
+the rank); `Value.world_size` marks the number of processes; `Flow.reads_rank`, a walk that read the rank.
+
+Loops: each `for`/`while` walked once is a `Loop` of its flow (`Flow.loops`), with what it iterates and
+its body's events (`flow.events[first:end]`, inlined calls included).
 
 The modules, one job each: `names` (qualified names), `values` (refs, values, ranks), `events` (events,
 their kinds, guards and arms), `syntax` (LibCST shapes), `files` (one file's index), `flow` (one
