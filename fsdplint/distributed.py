@@ -51,6 +51,11 @@ _RANK_NAME = re.compile(r"(?:global_|local_|node_local_|dp_|ddp_|ddp_local_|data
 _RANK_GETTER = re.compile(r"get_(?:\w+_)?rank|get_(?:local_)?process_index")
 # Environment variables that hold a rank (torchrun, SLURM, Open MPI).
 _RANK_ENV = re.compile(r"(?:\w+_)?RANK|SLURM_PROCID|SLURM_LOCALID")
+# Names (variables, attributes, `get_*` functions) that hold the number of processes, and the
+# environment variables that do.
+_WORLD_SIZE_NAME = re.compile(r"(?:global_|dp_|ddp_|data_parallel_)?world_size|num_replicas|num_processes|n?procs|n_procs|num_ranks|dp_size|data_parallel_size")
+_WORLD_SIZE_GETTER = re.compile(r"get_(?:\w+_)?world_size|get_num_processes")
+WORLD_SIZE_VARIABLES = frozenset({"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
 # Names of flags (or functions returning one) that are true on the main process only.
 MAIN_PROCESS_FLAGS = frozenset({
     "is_main_process", "is_local_main_process", "is_main", "is_master", "is_master_process", "master_process",
@@ -144,6 +149,12 @@ def is_rank_getter(name: str) -> bool:
     return bool(_RANK_GETTER.fullmatch(name.lstrip("_")))
 
 
+def is_world_size_name(name: str) -> bool:
+    """`world_size`, `self.num_replicas`'s `num_replicas`, `get_world_size`, `get_data_parallel_world_size`."""
+    name = name.lstrip("_")
+    return bool(_WORLD_SIZE_NAME.fullmatch(name) or _WORLD_SIZE_GETTER.fullmatch(name))
+
+
 def is_rank_env_var(name: str) -> bool:
     return bool(_RANK_ENV.fullmatch(name))
 
@@ -224,3 +235,16 @@ def tensor_arguments(qualified: str) -> tuple[tuple[int, str], ...]:
     """The (position, keyword) of each tensor a torch.distributed call sends or receives; () for others."""
     module, name = split_qname(qualified)
     return TENSOR_ARGUMENTS.get(name, ()) if module in _PROCESS_GROUP_MODULES else ()
+# Data loading: what feeds each rank its batches (FSDP310, FSDP311).
+DATA_LOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
+DISTRIBUTED_SAMPLERS = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})
+# Classes a map-style dataset of the run derives from, and those that make it iterable-style instead.
+MAP_DATASET_BASES = frozenset({"torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset"})
+ITERABLE_DATASET_BASES = frozenset({"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset",
+                                    "torch.utils.data.IterDataPipe", "torch.utils.data.datapipes.datapipe.IterDataPipe"})
+# Map-style datasets of torch's: every rank that builds one holds all of it.
+MAP_DATASETS = frozenset({"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"})
+# Wrappers that train a model replicated or sharded over the ranks of a process group.
+DATA_PARALLEL_WRAPPERS = frozenset({"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"})
+# Progress bars that iterate what they are given, as it is.
+PROGRESS_BARS = frozenset({"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm"})

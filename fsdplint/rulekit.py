@@ -323,3 +323,67 @@ def _within_function(event: Event, statement: cst.CSTNode) -> cst.CSTNode | None
     """`statement`, unless it is the def of a one-line function (`def f(): a(); b()`) holding `event`:
     code placed around the def would run outside the function."""
     return None if event.function is not None and statement is event.function.node else statement
+
+
+def iterates(value: Value | None, ref: Ref) -> bool:
+    """Whether looping over `value` loops over `ref` (a data loader): itself, `enumerate(ref)` or a
+    progress bar around it (`tqdm(loader)`)."""
+    from fsdplint.model import CALL
+
+    while value is not None:
+        if any(mine is not None and mine.root == ref.root and mine.path == ref.path for mine in (value.ref, value.iterates)):
+            return True
+        made = value.event
+        if made is None or made.kind != CALL or made.qname not in distributed.PROGRESS_BARS or not made.args:
+            return False
+        value = made.args[0]
+    return False
+
+
+def handed_over(events: list[Event], roots: set[str]) -> Event | None:
+    """The first of `events` that hands a value of `roots` to code fsdplint does not follow (a method
+    of a framework's object, a function of a library): what that code does with it is not known.
+    torch's functions, builtins, progress bars and the calls the model followed (a method of the run,
+    whose events are among `events`) do not count."""
+    from fsdplint.model import CALL, CALL_VALUE, ENTER, METHOD
+    from fsdplint.model.names import BUILTINS
+
+    followed = {id(event.node) for event in events if event.kind == ENTER}
+    for event in events:
+        # An element of a loader (`model(batch)`) is a batch, not the loader.
+        if event.kind not in (CALL, METHOD, CALL_VALUE) or id(event.node) in followed \
+                or not any(ref.root in roots and ref.path[:1] != ("[]",) for ref in event.arg_refs()):
+            continue
+        if event.kind == CALL and (distributed.is_torch_name(event.qname or "") or event.qname in BUILTINS or event.qname in distributed.PROGRESS_BARS):
+            continue
+        return event
+    return None
+
+
+def rebound(events: list[Event], made: Event) -> bool:
+    """Whether the variable `made`'s result was assigned to is assigned again by a statement of one of
+    `events` in the same function call, on a path through `made` (`train_loader, model = accelerator.prepare(train_loader, model)`):
+    the model keeps one value for a name rebound from itself, but the object may be another."""
+    import libcst as cst
+
+    if made.binding is None:
+        return False
+    name = made.binding.name
+    for event in events:
+        if event.index <= made.index or event.chain != made.chain or event.call_sites != made.call_sites or event.exclusive(made):
+            continue
+        statement = event.statement
+        if type(statement) is not cst.SimpleStatementLine:
+            continue
+        for small in statement.body:
+            targets = [target.target for target in small.targets] if type(small) is cst.Assign else \
+                [small.target] if type(small) in (cst.AnnAssign, cst.AugAssign) else []
+            while targets:
+                target = targets.pop()
+                if type(target) in (cst.Tuple, cst.List):
+                    targets += [element.value for element in target.elements]
+                elif type(target) is cst.StarredElement:
+                    targets.append(target.value)
+                elif type(target) is cst.Name and target.value == name:
+                    return True
+    return False

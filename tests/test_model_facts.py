@@ -435,3 +435,108 @@ def test_the_vocabulary_of_the_default_process_group():
     assert "torch.distributed.fsdp.fully_shard" in distributed.PROCESS_GROUP_STARTERS  # its default mesh starts one
     assert distributed.tensor_arguments("torch.distributed.all_gather") == ((1, "tensor"),)
     assert distributed.tensor_arguments("torch.distributed.all_gather_object") == ()
+
+
+def test_loops_record_what_they_iterate_and_the_events_of_their_body():
+    flow = flow_of(program_of("""
+    def train(model, loader):
+        for epoch in range(3):
+            for batch in loader:
+                model(batch)
+            evaluate(model)
+        while True:
+            step()
+    """), "train")
+    inner, outer, endless = flow.loops
+    assert type(outer.node) is cst.For and outer.iterable.event.qname == "range"
+    assert inner.iterable.ref.name == "loader"
+    assert [event.qname or event.targets[0].name for event in inner.body(flow)] == ["model"]
+    assert [event.qname or event.targets[0].name for event in outer.body(flow)] == ["model", "evaluate"]
+    assert outer.holds(inner.body(flow)[0]) and not endless.holds(inner.body(flow)[0])
+    assert inner.within(outer) and not outer.within(inner) and not endless.within(outer)
+    assert endless.iterable is None and [event.targets[0].name for event in endless.body(flow)] == ["step"]
+
+
+def test_values_computed_from_the_rank_say_how_they_differ_between_ranks():
+    program = program_of("""
+    import torch.distributed as dist
+
+    def steps_of(n, extra):
+        for _ in range(extra):
+            pass
+
+    def main(data, n):
+        rank = dist.get_rank()
+        more = n + rank
+        counted = range(more)
+        steps_of(n, more)
+    """)
+    flow = flow_of(program, "main")
+    loop = flow.loops[0]
+    assert loop.iterable.rank_derived == model.RANK_COUNT and loop.chain == ("main", "steps_of")
+    walked = {}
+    for event in flow.events:
+        if event.binding is not None:
+            walked[event.binding.name] = event
+    assert walked["counted"].args[0].rank_derived == model.RANK_NUMBER
+    own = flow_of(program, "steps_of")
+    assert own.loops[0].iterable.rank_derived is None  # a parameter no caller's value reaches here
+
+
+def test_rank_derived_values_as_bound():
+    from fsdplint.model.walker import Walker
+
+    text = """
+    import os
+    import torch.distributed as dist
+    rank = dist.get_rank()
+    world_size = dist.get_world_size()
+    size = int(os.environ["WORLD_SIZE"])
+    n = 10
+    more = n + rank
+    counted = range(more)
+    strided = range(rank, n, world_size)
+    mine = data[rank::world_size]
+    chunk = chunks[rank]
+    even = data[rank * n:(rank + 1) * n]
+    blocks = range(rank * n, (rank + 1) * n)
+    same = range(n)
+    length = len(mine)
+    batches = range(0, len(mine), 4)
+    """
+    flow = model.Flow(program_of("x = 1"), None, None)
+    file = program_of(text).files[0]
+    flow.file = file
+    walker = Walker(flow, file, None, env={}, prefix="", chain=("<module>",), depth=0)
+    walker.walk_suite(file.module, ())
+    names = ("more", "counted", "strided", "mine", "chunk", "even", "blocks", "same", "length", "batches")
+    derived = {name: walker.env[name].rank_derived for name in names}
+    assert derived == {"more": model.RANK_NUMBER, "counted": model.RANK_COUNT, "strided": model.RANK_PART, "mine": model.RANK_PART,
+                       "chunk": model.RANK_PART, "even": None, "blocks": None, "same": None, "length": model.RANK_PART,
+                       "batches": model.RANK_PART}
+    assert walker.env["world_size"].world_size and walker.env["size"].world_size and not walker.env["rank"].world_size
+    assert flow.reads_rank
+
+
+def test_flows_know_whether_they_read_the_rank_and_classes_are_indexed():
+    program = program_of("""
+    import os
+    from torch.utils.data import Dataset
+
+    class Shard(Dataset):
+        def __init__(self, n):
+            self.rank = int(os.environ["RANK"])
+        def __getitem__(self, i):
+            return i
+
+    class Outer:
+        class Inner:
+            pass
+
+    ds = Shard(3)
+    """)
+    file = program.files[0]
+    assert set(file.classes) == {"Shard", "Outer", "Outer.Inner"}
+    assert flow_of(program, "Shard.__init__").reads_rank and not flow_of(program, "Shard.__getitem__").reads_rank
+    built = next(event for event in flow_of(program, None).events if event.binding and event.binding.name == "ds")
+    assert program.class_of(file, built.node.func) == (file, "Shard")

@@ -23,7 +23,12 @@ Ranks: values know whether they are this process's rank (`Value.rank`, with its 
 condition only some ranks pass (`Value.rank_test`, by fsdplint/distributed.py's vocabulary and through
 assignments and the functions of the run); each event knows the rank guards around it across inlined
 calls (`Event.rank_guards`, with `Event.call_sites` for the calls that led there), and
-`Flow.collective` says which events every rank must reach.
+`Flow.collective` says which events every rank must reach. A value computed from the rank says how it
+differs between ranks (`Value.rank_derived`: a number, an iterable of that length, or a part picked by
+the rank); `Value.world_size` marks the number of processes; `Flow.reads_rank`, a walk that read the rank.
+
+Loops: each `for`/`while` walked once is a `Loop` of its flow (`Flow.loops`), with what it iterates and
+its body's events (`flow.events[first:end]`, inlined calls included).
 
 The modules, one job each: `names` (qualified names), `values` (refs, values, ranks), `events` (events,
 their kinds, guards and arms), `syntax` (LibCST shapes), `files` (one file's index), `flow` (one
@@ -49,13 +54,16 @@ from fsdplint.model.events import (
     RankGuard,
 )
 from fsdplint.model.files import FileModel, FunctionInfo, build_file_model
-from fsdplint.model.flow import Flow
+from fsdplint.model.flow import Flow, Loop
 from fsdplint.model.names import FSDP1_WRAPPER, FULLY_SHARD, canonical, dotted_name
 from fsdplint.model.program import Program
 from fsdplint.model.values import (
     GLOBAL_RANK,
     Element,
     LOCAL_RANK,
+    RANK_COUNT,
+    RANK_NUMBER,
+    RANK_PART,
     SOME_RANK,
     Rank,
     RankTest,
@@ -66,7 +74,7 @@ from fsdplint.model.walker import FLOW_BUDGET
 
 __all__ = [
     "ASSIGN", "CALL", "CALL_VALUE", "ENTER", "Element", "FLOW_BUDGET", "FSDP1_WRAPPER", "FULLY_SHARD", "GLOBAL_RANK", "GUARD_AFTER_EXIT",
-    "GUARD_BODY", "GUARD_DECORATED", "GUARD_ELSE", "LOCAL_RANK", "META", "METHOD", "OPTIMIZER", "SHARD", "SOME_RANK", "WRAP",
+    "GUARD_BODY", "GUARD_DECORATED", "GUARD_ELSE", "LOCAL_RANK", "Loop", "META", "METHOD", "OPTIMIZER", "RANK_COUNT", "RANK_NUMBER", "RANK_PART", "SHARD", "SOME_RANK", "WRAP",
     "Event", "EventKind", "FileModel", "Flow", "FunctionInfo", "GuardBranch", "Program", "Rank", "RankGuard", "RankScope", "RankTest", "Ref", "Value", "build_file_model",
     "canonical", "dotted_name",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
@@ -23,7 +24,37 @@ from fsdplint.model.values import Ref, Value
 
 if TYPE_CHECKING:
     from fsdplint.model.files import FileModel, FunctionInfo
+    from fsdplint.model.events import RankGuard
     from fsdplint.model.program import Program
+
+
+@dataclass(slots=True)
+class Loop:
+    """A `for` or `while` loop the walker walked once (a `for` over known values is unrolled instead,
+    and has none): what it iterates, and its body's events, `flow.events[first:end]`, those of nested
+    loops and inlined calls included."""
+
+    node: cst.For | cst.While
+    iterable: Value | None  # None for a `while`
+    file: FileModel
+    function: FunctionInfo | None
+    chain: tuple[str, ...]  # as Event.chain
+    first: int
+    end: int
+    rank_guards: tuple[RankGuard, ...] = ()  # the guards around the loop, as Event.rank_guards
+    call_sites: tuple[cst.Call, ...] = ()
+    around: tuple[cst.CSTNode, ...] = ()  # the statements around it, across inlined calls (Event.outer + Event.parents)
+
+    def body(self, flow: Flow) -> list[Event]:
+        return flow.events[self.first:self.end]
+
+    def holds(self, event: Event) -> bool:
+        return self.first <= event.index < self.end
+
+    def within(self, other: Loop) -> bool:
+        """The loop runs in the body of `other` (in this pass of it: a body with no events, which
+        indexes cannot place, is placed by the statements around it)."""
+        return self is not other and other.first <= self.first and self.end <= other.end and any(node is other.node for node in self.around)
 
 
 class Flow:
@@ -50,7 +81,9 @@ class Flow:
         self.steps = 0  # expressions evaluated, against FLOW_BUDGET
         self.versions = 0  # bindings that made a new value of a name (`model#3`)
         self.exhausted = False  # the budget ran out: the flow holds no events
-        self.skipped = False  # the program's budget ran out before it: the flow holds no events
+        self.skipped = False  # the program's budget ran out before it (and it is `exhausted` too)
+        self.loops: list[Loop] = []  # the loops walked once, each after the loops nested in it
+        self.reads_rank = False  # the walk evaluated this process's rank (`dist.get_rank()`, `self.rank`, `RANK`)
 
     @property
     def is_entry(self) -> bool:

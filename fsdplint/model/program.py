@@ -51,7 +51,7 @@ class Program:
     def _build_flow(self, file: FileModel, function: FunctionInfo | None) -> Flow:
         flow = Flow(self, file, function)
         if self.steps_left <= 0:
-            flow.skipped = True  # the run's budget is spent: unknown, as past a flow's own budget
+            flow.skipped = flow.exhausted = True  # the run's budget is spent: unknown, as past a flow's own budget
             return flow
         walker = Walker(flow, file, function, env={}, prefix="", chain=(function.name,) if function else ("<module>",), depth=0)
         body = function.node.body if function else file.module
@@ -73,7 +73,7 @@ class Program:
     @property
     def exhausted_flows(self) -> list[Flow]:
         """Flows past their own budget."""
-        return [flow for flow in self.flows if flow.exhausted]
+        return [flow for flow in self.flows if flow.exhausted and not flow.skipped]
 
     @property
     def skipped_flows(self) -> list[Flow]:

@@ -20,6 +20,13 @@ class RankScope(str, enum.Enum):
 
 
 GLOBAL_RANK, LOCAL_RANK, SOME_RANK = RankScope
+# How a value computed from the rank differs between ranks (`Value.rank_derived`):
+RANK_NUMBER = "number"  # a number computed from the rank by arithmetic: `n + rank`, `rank * 2`
+RANK_COUNT = "count"  # an iterable whose length is such a number: `range(n + rank)`, `range(rank)`
+# A part of a collection chosen by the rank, whose length differs between ranks unless the collection
+# divides evenly: `data[rank::world_size]`, `chunks[rank]`, `range(rank, n, world_size)`. Parts cut at
+# bounds both computed from the rank (`data[rank * k:(rank + 1) * k]`) are of one length: not one.
+RANK_PART = "part"
 # For each branching statement around a node: ((the inlined call's prefix, id of the statement), which arm).
 Arms = tuple[tuple[tuple[str, int], int], ...]
 
@@ -115,6 +122,9 @@ class Value:
     # The class (or function) a call built the object by, through methods that return it (`TinyLM(args).to(device)`):
     # its qualified name, or its name alone for a class of the file.
     built_by: str | None = None
+    # How the value differs between ranks when computed from the rank (RANK_NUMBER, RANK_COUNT, RANK_PART).
+    rank_derived: str | None = None
+    world_size: bool = False  # the number of processes: `dist.get_world_size()`, `WORLD_SIZE`, `world_size`
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 import libcst as cst
 
 from fsdplint import distributed
+from fsdplint.model.flow import Loop
 from fsdplint.model.events import (
     ASSIGN,
     CALL,
@@ -57,6 +58,9 @@ from fsdplint.model.values import (
     Element,
     LOCAL_RANK,
     SELF_OR_BELOW,
+    RANK_COUNT,
+    RANK_NUMBER,
+    RANK_PART,
     SOME_RANK,
     Arms,
     Rank,
@@ -206,7 +210,9 @@ class Walker:
             if ref is None:
                 joined.pop(key, None)  # `self.x`: read again as the attribute itself
                 continue
-            joined[key] = Value(ref=ref, rank=ranks.pop() if len(ranks) == 1 else None, rank_test=tests.pop() if len(tests) == 1 else None)
+            derived, sizes = {value.rank_derived for value in values}, {value.world_size for value in values}
+            joined[key] = Value(ref=ref, rank=ranks.pop() if len(ranks) == 1 else None, rank_test=tests.pop() if len(tests) == 1 else None,
+                                rank_derived=derived.pop() if len(derived) == 1 else None, world_size=sizes == {True})
         return joined
 
     def new_version(self, name: str) -> str:
@@ -288,7 +294,9 @@ class Walker:
             if element.ref is None and type(node.target) is cst.Name and self.env[node.target.value].ref is not None:
                 # `for module in children_bottom_up(model)[:-1]`: each element comes from `model`.
                 self.flow.derived_from[self.env[node.target.value].ref.root] = self.roots_read(node.iter)
+            first = len(self.flow.events)
             self.walk_suite(node.body, inner)
+            self.record_loop(node, iterable, first, parents)
             self.env = self.join([before, self.env])  # the body may run no time
             if node.orelse:
                 self.walk_suite(node.orelse.body, inner)
@@ -296,7 +304,9 @@ class Walker:
             self.expr(node.test, node, parents)
             before = self.env
             self.env = dict(before)
+            first = len(self.flow.events)
             self.walk_suite(node.body, inner)
+            self.record_loop(node, None, first, parents)
             self.env = self.join([before, self.env])
         elif type(node) is cst.With:
             meta = 0
@@ -330,6 +340,35 @@ class Walker:
             self.expr(node.subject, node, parents)
             # Without a catch-all case, no case may match: a last arm that does nothing.
             self.branches(node, [(lambda case=case: self.walk_suite(case.body, inner), exits_block(case.body)) for case in node.cases] + [(no_statements, False)])
+
+    def record_loop(self, node: cst.For | cst.While, iterable: Value | None, first: int, parents: tuple[cst.CSTNode, ...]) -> None:
+        self.flow.loops.append(Loop(node, iterable, self.file, self.function, self.chain, first, len(self.flow.events),
+                                    self.rank_guards, self.call_sites, self.outer + parents))
+
+    def part_by_rank(self, index: cst.BaseSlice | None) -> str | None:
+        """RANK_PART for a subscript that picks a part by the rank (`data[rank::world_size]`, `chunks[rank]`,
+        `data[:n + rank]`), evaluated already: its bounds are read again from the bindings, no call made."""
+        if type(index) is cst.Index:
+            return RANK_PART if _is_rank_number(self.known(index.value)) else None
+        if type(index) is not cst.Slice:
+            return None
+        lower, upper = (self.known(bound) if bound is not None else Value() for bound in (index.lower, index.upper))
+        # Both bounds from the rank (`data[rank * k:(rank + 1) * k]`): parts of one length.
+        return RANK_PART if _is_rank_number(lower) != _is_rank_number(upper) else None
+
+    def known(self, node: cst.CSTNode) -> Value:
+        """What a name, or arithmetic on names and literals, holds, from the bindings alone (no events)."""
+        if type(node) in (cst.Name, cst.Attribute):
+            key = dotted_name(node)
+            if key is not None and key in self.env:
+                return self.env[key]
+            name = node.value if type(node) is cst.Name else node.attr.value
+            return Value(rank=Rank(SOME_RANK) if distributed.is_rank_name(name) else None)
+        if type(node) is cst.BinaryOperation:
+            return Value(rank_derived=RANK_NUMBER) if any(_is_rank_number(self.known(part)) for part in (node.left, node.right)) else Value()
+        if type(node) is cst.Call and self.file.qualify(node.func) in _RANK_CALLS:
+            return Value(rank=Rank(_RANK_CALLS[self.file.qualify(node.func)]))
+        return Value()
 
     def static_truth(self, test: cst.CSTNode) -> bool | None:
         """The value of an `if` test on a name known to hold a literal (a parameter the call passed
@@ -411,7 +450,8 @@ class Walker:
             constant = value.constant if root and value.constant and self.assigned_once(key) else None
             bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, iterates_self=value.iterates_self, elements=value.elements,
                           rank=value.rank, constant=constant, literal=value.constant, rank_test=value.rank_test, visits=value.visits,
-                          callees=value.callees, table=value.table, built_by=value.built_by)
+                          callees=value.callees, table=value.table, built_by=value.built_by, rank_derived=value.rank_derived,
+                          world_size=value.world_size)
             if root and value.built_by:
                 self.flow.instances[root] = value.built_by
         self.env[key] = bound
@@ -517,21 +557,24 @@ class Walker:
                 function = self.flow.program.resolve_callable(self.file, self.function, node)
                 if function is not None:
                     return Value(callees=(function,))
-            flag = distributed.is_main_process_flag(name)
-            return Value(ref=self.ref_of(node), rank=Rank(SOME_RANK) if distributed.is_rank_name(name) else None,
-                         rank_test=RankTest(True, True) if flag else None)
+            flag, rank = distributed.is_main_process_flag(name), distributed.is_rank_name(name)
+            self.flow.reads_rank |= rank
+            return Value(ref=self.ref_of(node), rank=Rank(SOME_RANK) if rank else None,
+                         rank_test=RankTest(True, True) if flag else None, world_size=distributed.is_world_size_name(name))
         if type(node) is cst.Subscript:
             base = self.expr(node.value, statement, parents)
             for element in node.slice:
                 self.expr(element, statement, parents)
             index = node.slice[0].slice if len(node.slice) == 1 else None
             if type(index) is cst.Index and self.file.qualify(node.value) == "os.environ":  # os.environ["LOCAL_RANK"]
-                return Value(rank=_rank_variable(index.value))
+                rank = _rank_variable(index.value)
+                self.flow.reads_rank |= rank is not None
+                return Value(rank=rank, world_size=_is_world_size_variable(index.value))
             element = None
             if base.ref is not None and type(index) is cst.Index:  # `model.layers[0]`: one direct element
                 literal = type(index.value) in (cst.Integer, cst.SimpleString)
                 element = Element(base.ref, index.value.value if literal else "?")
-            return Value(ref=base.ref.child("[]") if base.ref else None, callees=base.table, element=element)
+            return Value(ref=base.ref.child("[]") if base.ref else None, callees=base.table, element=element, rank_derived=self.part_by_rank(index))
         if type(node) is cst.Call:
             return self.call(node, statement, parents, with_item)
         if type(node) in (cst.Lambda, cst.FunctionDef, cst.ClassDef):
@@ -560,6 +603,10 @@ class Walker:
         # Anything else: evaluate the parts and pass parameter flows through (dicts, operators, f-strings).
         parts = [self.expr(part, statement, parents) for part in subexpressions(node)]
         params = frozenset().union(*(part.params_of for part in parts))
+        if type(node) is cst.BinaryOperation and any(_is_rank_number(part) for part in parts):
+            return Value(params_of=params, rank_derived=RANK_NUMBER)  # `n + rank`, `rank * per_rank`
+        if type(node) is cst.BinaryOperation and any(part.world_size for part in parts):
+            return Value(params_of=params, world_size=True)  # `global_batch // world_size`: computed from it
         if type(node) is cst.Dict and node.elements and all(type(element) is cst.DictElement for element in node.elements):
             entries = parts[1::2]  # keys and values alternate
             if all(len(entry.callees) == 1 for entry in entries):
@@ -596,6 +643,8 @@ class Walker:
         # A function of this run is judged by what it returns (inlined), not by its name.
         if (getter or flag) and self.flow.program.resolve_function(self.file, self.function, node) is None:
             return dataclasses.replace(value, rank=Rank(SOME_RANK) if getter else None, rank_test=RankTest(True, True) if flag else None)
+        if distributed.is_world_size_name(name) and not value.world_size and self.flow.program.resolve_function(self.file, self.function, node) is None:
+            return dataclasses.replace(value, world_size=True)
         return value
 
     def comprehension(self, node: cst.BaseComp, statement: cst.CSTNode, parents: tuple) -> Value:
@@ -617,7 +666,9 @@ class Walker:
         return Value(params_of=params, iterates=_common_ref([value.ref for value in values]))
 
     def call(self, node: cst.Call, statement: cst.CSTNode, parents: tuple, with_item: bool) -> Value:
-        return self.rank_meaning(node, self._call(node, statement, parents, with_item))
+        value = self.rank_meaning(node, self._call(node, statement, parents, with_item))
+        self.flow.reads_rank |= value.rank is not None
+        return value
 
     def _call(self, node: cst.Call, statement: cst.CSTNode, parents: tuple, with_item: bool) -> Value:
         func = node.func
@@ -697,7 +748,8 @@ class Walker:
         if qname in distributed.RETURNS_ITS_MODULE and args and args[0].ref is not None:
             return args[0]  # `model = parallelize_module(model, ...)` is still `model`
         built_by = qname if qname is not None else receiver.built_by if type(func) is cst.Attribute and func.attr.value in _RETURNS_SELF else None
-        return Value(event=event, params_of=flowing if qname is None else frozenset(), rank=self.rank_of_call(qname, func, node, args), built_by=built_by)
+        return Value(event=event, params_of=flowing if qname is None else frozenset(), rank=self.rank_of_call(qname, func, node, args), built_by=built_by,
+                     rank_derived=_rank_derived_of_call(qname, func, node, args), world_size=_world_size_of_call(qname, func, node, args))
 
     @staticmethod
     def rank_of_call(qname: str | None, func: cst.CSTNode, node: cst.Call, args: tuple[Value, ...]) -> Rank | None:
@@ -834,7 +886,8 @@ class Walker:
             if name not in env or env[name].ref is None:
                 given = env.get(name, Value())
                 env[name] = Value(ref=Ref(prefix + name), params_of=given.params_of, rank=given.rank, constant=given.constant,
-                                  rank_test=given.rank_test, always_false=name in falsy and name not in env)
+                                  rank_test=given.rank_test, always_false=name in falsy and name not in env,
+                                  rank_derived=given.rank_derived, world_size=given.world_size)
                 self.flow.assigned_roots.add(prefix + name)
                 self.record_origin(prefix + name, given.event)
         chain, call_sites = (self.chain, self.call_sites) if through_wrapper else (self.chain + (callee.name,), self.call_sites + (node,))
@@ -881,6 +934,47 @@ def _common_ref(refs: list[Ref | None]) -> Ref | None:
             break
         path.append(parts[0])
     return Ref(first.root, tuple(path))
+
+
+def _is_rank_number(value: Value) -> bool:
+    """The rank itself (not a string formatted from it), or a number computed from it."""
+    return value.rank is not None and not value.rank.formatted or value.rank_derived == RANK_NUMBER
+
+
+def _rank_derived_of_call(qname: str | None, func: cst.CSTNode, node: cst.Call, args: tuple[Value, ...]) -> str | None:
+    """`range(n + rank)`: RANK_COUNT; `range(rank, n, world_size)`, `itertools.islice(data, rank, None, world_size)`,
+    `len(data[rank::world_size])` and `range(0, len(mine), batch_size)`: RANK_PART; `int(n + rank)`: still the number."""
+    name = func.value if qname is None and type(func) is cst.Name else qname
+    if any(arg.star for arg in node.args) or any(arg.keyword is not None for arg in node.args):
+        return None
+    ranked = [_is_rank_number(arg) for arg in args]
+    if name in _RANK_CONVERSIONS and len(args) == 1 and args[0].rank_derived == RANK_NUMBER:
+        return RANK_NUMBER
+    if name == "len" and len(args) == 1 and args[0].rank_derived == RANK_PART:
+        return RANK_PART  # the length of a part picked by the rank: it differs unless the data divides evenly
+    if name == "range" and any(arg.rank_derived == RANK_PART for arg in args[:2]) and not any(ranked):
+        return RANK_PART  # `range(0, len(mine), batch_size)`
+    if name == "range" and len(args) == 1:
+        return RANK_COUNT if ranked[0] else None
+    if name == "range" and len(args) in (2, 3) and ranked[0] != ranked[1]:
+        # From the rank in strides of the step: a part; else one bound moves with the rank: the count.
+        return RANK_PART if ranked[0] and len(args) == 3 else RANK_COUNT
+    if name == "itertools.islice" and len(args) in (3, 4) and ranked[1] != ranked[2]:
+        return RANK_PART
+    return None
+
+
+def _world_size_of_call(qname: str | None, func: cst.CSTNode, node: cst.Call, args: tuple[Value, ...]) -> bool:
+    """`dist.get_world_size()` (of the default group), `os.environ.get("WORLD_SIZE")`, `int(world_size)`."""
+    if qname == "torch.distributed.get_world_size":
+        return not node.args
+    if qname in _ENVIRONMENT_READS and node.args:
+        return _is_world_size_variable(node.args[0].value)
+    return qname is None and type(func) is cst.Name and func.value in _RANK_CONVERSIONS and len(args) == 1 and args[0].world_size
+
+
+def _is_world_size_variable(node: cst.CSTNode) -> bool:
+    return type(node) is cst.SimpleString and node.evaluated_value in distributed.WORLD_SIZE_VARIABLES
 
 
 def _rank_variable(node: cst.CSTNode) -> Rank | None:

@@ -1,0 +1,231 @@
+from __future__ import annotations
+
+from typing import Iterable
+
+from fsdplint.rule import Finding, FixAvailability, Rule, Severity
+
+_SEEDING = ("seed",)  # a call whose name says it seeds random numbers: `torch.manual_seed`, `set_seed`, `seed_everything`
+
+
+class DataNotSplitAcrossRanks(Rule):
+    """
+    ## What it does
+    Finds a `DataLoader` with no `sampler` (and no `batch_sampler`) over a map-style dataset, in a
+    flow that trains a model sharded with `fully_shard`, wrapped in `FullyShardedDataParallel` or
+    in `DistributedDataParallel`: the loader is iterated by a loop that calls `backward()`, and
+    nothing that depends on the rank reaches the dataset or the loader.
+
+    ## Why is this bad?
+    Every rank builds the same dataset and the same loader, so every rank iterates all of the data
+    in the same batches (with `shuffle=True` too, when the ranks seed alike). Data parallelism
+    then buys nothing: the gradients the ranks average are all the same, each epoch costs as much
+    as on one rank, and the effective batch is one rank's. Nothing fails and nothing is printed
+    (observed, torch 2.13, two ranks: both trained on all 32 samples, the same batches).
+
+    The rule is silent where the split may happen out of its sight: the dataset, the loader or
+    their constructors receive the rank or the world size in any way (arguments, attributes, a
+    method of the dataset's class that reads the rank), the dataset is iterable-style or of a class
+    fsdplint does not know, a framework prepares the loader (`accelerator.prepare(loader)`, a
+    trainer's `fit`), a shuffling loader's random numbers are seeded from the rank, or the loader
+    is only evaluated (a loop with no `backward()`, where every rank evaluating everything is
+    redundant, not wrong), or the training runs in a test module (`test_*.py`), where parity tests
+    feed every rank the same batches on purpose. It is a warning: a dataset may be split by means
+    it cannot see.
+
+    ## Example
+    ```python
+    loader = DataLoader(dataset, batch_size=8, shuffle=True)
+    for x, y in loader:
+        loss_fn(model(x), y).backward()
+    ```
+
+    ## Use instead
+    ```python
+    sampler = DistributedSampler(dataset)  # shuffles; call sampler.set_epoch(epoch) each epoch
+    loader = DataLoader(dataset, batch_size=8, sampler=sampler)
+    for x, y in loader:
+        loss_fn(model(x), y).backward()
+    ```
+
+    ## Fix safety
+    No fix: a sampler changes the batches, the number of steps per epoch and the meaning of
+    `batch_size`, and whether `shuffle=True` moves into the sampler is a choice.
+
+    ## References
+    - [DistributedSampler](https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler)
+    - [Getting started with DistributedDataParallel](https://pytorch.org/tutorials/intermediate/ddp_tutorial.html)
+    """
+
+    code = "FSDP310"
+    name = "data-not-split-across-ranks"
+    summary = "A DataLoader with no sampler feeds a sharded or data-parallel model: every rank trains on the same batches"
+    severity = Severity.WARNING
+    fix_availability = FixAvailability.NONE
+    trigger_tokens = ("DataLoader",)
+
+    def check(self, program) -> Iterable[Finding]:
+        from fsdplint import distributed
+        from fsdplint.model import CALL
+
+        for flow in program.flows:
+            if flow.file.is_test:
+                continue  # a parity test feeds every rank the same batches on purpose (DeepSpeed's DDP comparisons)
+            for loader in flow.of_kind(CALL):
+                if loader.qname in distributed.DATA_LOADERS:
+                    finding = self._finding(program, flow, loader)
+                    if finding is not None:
+                        yield finding
+
+    def _finding(self, program, flow, loader) -> Finding | None:
+        from fsdplint.rulekit import argument, at, handed_over, rebound, where
+
+        if any(arg.star for arg in loader.node.args) or argument(loader, 3, "sampler") or argument(loader, 4, "batch_sampler") \
+                or "generator" in loader.kwargs or _per_process(loader):
+            return None
+        given = argument(loader, 0, "dataset")
+        if given is None:
+            return None
+        made = flow.origin(given[1], loader.index)
+        kind = _map_style(program, made) if made is not None else None
+        if kind is None or _per_process(made):
+            return None
+        loops = [loop for loop in flow.loops if loop.first > loader.index and loop.iterable is not None and _iterates_loader(loop.iterable, loader)]
+        training = next((loop for loop in loops if any(_backward(event) for event in loop.body(flow))), None)
+        if training is None:
+            return None
+        model = _distributed_model(flow, training)
+        if model is None:
+            return None
+        roots = {ref.root for ref in (made.binding, loader.binding, given[1].ref) if ref is not None}
+        between = flow.events[made.index + 1:training.end]
+        if handed_over(between, roots) or rebound(between, loader) or any(_configures(event, roots) for event in between):
+            return None
+        if _shuffles(loader) and _seeded_by_rank(flow, training.first):
+            return None
+        line = made.file.position(made.node).start.line
+        return Finding(loader.file, loader.node,
+                       f"this `DataLoader` has no sampler, and nothing of the rank reaches its dataset (`{kind}`, line {line}): "
+                       f"every rank trains on all of it in the same batches (the model is {model[1]} at {where(model[0])}); "
+                       f"pass `sampler=DistributedSampler(dataset)`",
+                       related=(at(made, "dataset built here"), at(model[0], f"{model[1]} here")))
+
+
+def _iterates_loader(value, loader) -> bool:
+    from fsdplint.rulekit import iterates
+
+    return value.event is loader or (loader.binding is not None and iterates(value, loader.binding))
+
+
+def _backward(event) -> bool:
+    """`loss.backward()`, `model(x).sum().backward()`, `accelerator.backward(loss)`, `scaler.scale(loss).backward()`."""
+    import libcst as cst
+
+    node = event.node
+    return event.method == "backward" or type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "backward"
+
+
+def _per_process(event) -> bool:
+    """A call given the rank, a value computed from it, or the world size."""
+    return any(value.rank is not None or value.rank_derived or value.world_size or value.rank_test
+               for value in (*event.args, *event.kwargs.values()))
+
+
+def _configures(event, roots: set[str]) -> bool:
+    """An attribute of the dataset or loader assigned (`dataset.rank = rank`), or a method of it given
+    something of the rank (`dataset.set_rank(rank)`)."""
+    from fsdplint.model import ASSIGN, METHOD
+
+    # An element of the loader (`batch.to(device)`) is a batch, not the loader.
+    if not any(target.root in roots and target.path[:1] != ("[]",) for target in event.targets):
+        return False
+    return event.kind == ASSIGN or event.kind == METHOD and _per_process(event)
+
+
+def _map_style(program, made) -> str | None:
+    """The name of the dataset's class when it is known to be map-style and to read no rank: torch's
+    `TensorDataset`, a torchvision dataset, or a class of the run derived from `Dataset` (not
+    `IterableDataset`) none of whose methods reads the rank."""
+    import libcst as cst
+
+    from fsdplint import distributed
+    from fsdplint.model import CALL, CALL_VALUE
+
+    if made.kind == CALL and made.qname in distributed.MAP_DATASETS:
+        return made.qname.rsplit(".", 1)[-1]
+    if made.kind == CALL and (made.qname or "").startswith("torchvision.datasets.") and made.qname.rsplit(".", 1)[-1][:1].isupper():
+        return made.qname.rsplit(".", 1)[-1]
+    if made.kind not in (CALL, CALL_VALUE) or type(made.node) is not cst.Call:
+        return None
+    found = program.class_of(made.file, made.node.func)
+    if found is None or not _map_style_class(program, found[0], found[0].classes[found[1]], depth=0):
+        return None
+    return found[0].classes[found[1]].name.value
+
+
+def _map_style_class(program, file, node, depth: int) -> bool:
+    from fsdplint import distributed
+
+    if depth > 4 or not node.bases:
+        return False
+    for function in file.functions.values():
+        if function.class_name == node.name.value and function.node in _methods(node):
+            flow = program.flow_of(function)
+            if flow is None or flow.exhausted or flow.reads_rank:
+                return False
+    verdicts = []
+    for base in node.bases:
+        qualified = file.qualify(base.value)
+        if qualified in distributed.ITERABLE_DATASET_BASES:
+            return False
+        if qualified in distributed.MAP_DATASET_BASES:
+            verdicts.append(True)
+            continue
+        parent = program.class_of(file, base.value)
+        if parent is None:
+            return False  # a base fsdplint does not know may split the data, or iterate
+        verdicts.append(_map_style_class(program, parent[0], parent[0].classes[parent[1]], depth=depth + 1))
+    return any(verdicts) and all(verdicts)
+
+
+def _methods(node) -> list:
+    import libcst as cst
+
+    from fsdplint.model.syntax import statements_of
+
+    return [statement for statement in statements_of(node.body) if type(statement) is cst.FunctionDef]
+
+
+def _distributed_model(flow, loop):
+    """The event that shards or wraps a model for data parallelism in this flow, before or in the
+    training loop, with what it does."""
+    from fsdplint import distributed
+    from fsdplint.model import CALL, SHARD, WRAP
+
+    for event in flow.events[:loop.end]:
+        if event.kind == SHARD:
+            return event, "sharded with `fully_shard`"
+        if event.kind == WRAP:
+            return event, "wrapped in `FullyShardedDataParallel`"
+        if event.kind == CALL and event.qname in distributed.DATA_PARALLEL_WRAPPERS:
+            return event, "wrapped in `DistributedDataParallel`"
+    return None
+
+
+def _shuffles(loader) -> bool:
+    """`shuffle=` given and not the literal `False`."""
+    import libcst as cst
+
+    from fsdplint.rulekit import argument
+
+    given = argument(loader, 2, "shuffle")
+    return given is not None and not (type(given[0]) is cst.Name and given[0].value == "False")
+
+
+def _seeded_by_rank(flow, before: int) -> bool:
+    """A seeding call given something of the rank (`torch.manual_seed(seed + rank)`) before the loop:
+    the ranks then shuffle differently."""
+    for event in flow.events[:before]:
+        name = (event.method or event.qname or "").rsplit(".", 1)[-1].lower()
+        if any(word in name for word in _SEEDING) and any(value.rank is not None or value.rank_derived for value in (*event.args, *event.kwargs.values())):
+            return True
+    return False

@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+from typing import Iterable
+
+from fsdplint.rule import Finding, FixAvailability, Rule, Severity
+
+
+class SamplerEpochNotSet(Rule):
+    """
+    ## What it does
+    Finds a `DistributedSampler` that shuffles (`shuffle=True`, its default) whose data loader is
+    iterated in an epoch loop that never calls `sampler.set_epoch(...)` (or
+    `loader.sampler.set_epoch(...)`), directly or in a function it calls.
+
+    ## Why is this bad?
+    `DistributedSampler` seeds its shuffle with `seed + epoch`, and its epoch stays 0 until
+    `set_epoch` changes it: every epoch visits the samples in the same order, on every rank the
+    same part of the data in the same batches. Nothing fails and nothing is printed (observed, torch
+    2.13: the sample indices of epoch 1 equal those of epoch 0). Training still runs, but without
+    the reshuffling between epochs it was written to have, which usually costs accuracy.
+
+    A loader handed to code fsdplint does not follow (a trainer's method, a library's function)
+    inside the epoch loop may have its epoch set there, and is not reported; neither is a sampler
+    whose `shuffle` is not the literal `True` or its default.
+
+    ## Example
+    ```python
+    sampler = DistributedSampler(dataset)
+    loader = DataLoader(dataset, batch_size=8, sampler=sampler)
+    for epoch in range(epochs):
+        for batch in loader:
+            ...
+    ```
+
+    ## Use instead
+    ```python
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for batch in loader:
+            ...
+    ```
+
+    ## Fix safety
+    Safe: the fix inserts `sampler.set_epoch(epoch)` as the first statement of the epoch loop,
+    with the loop's own variable, as the `DistributedSampler` documentation shows. It is offered
+    when the loop is `for <name> in range(...)` with a block body, in the function that builds the
+    sampler or the loader, which names it (`sampler.set_epoch` or `loader.sampler.set_epoch`) in a
+    variable nothing else is assigned to (on another path it could hold a sampler with no
+    `set_epoch`, such as a `RandomSampler`).
+
+    ## References
+    - [DistributedSampler](https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler)
+    """
+
+    code = "FSDP311"
+    name = "sampler-epoch-not-set"
+    summary = "A shuffling DistributedSampler iterated over several epochs without `set_epoch`: every epoch has the same order"
+    severity = Severity.WARNING
+    fix_availability = FixAvailability.SAFE
+    trigger_tokens = ("DistributedSampler",)
+
+    def check(self, program) -> Iterable[Finding]:
+        from fsdplint import distributed
+        from fsdplint.model import CALL
+        from fsdplint.rulekit import argument
+
+        for flow in program.flows:
+            for sampler in flow.of_kind(CALL):
+                if sampler.qname not in distributed.DISTRIBUTED_SAMPLERS or not _shuffles(sampler):
+                    continue
+                for loader in flow.of_kind(CALL):
+                    given = argument(loader, 3, "sampler") if loader.qname in distributed.DATA_LOADERS else None
+                    if given is None or loader.binding is None or not (
+                            given[1].event is sampler or sampler.binding is not None and given[1].ref == sampler.binding):
+                        continue
+                    finding = self._finding(flow, sampler, loader)
+                    if finding is not None:
+                        yield finding
+
+    def _finding(self, flow, sampler, loader) -> Finding | None:
+        from fsdplint.rulekit import at, handed_over, iterates, rebound
+
+        passes = [loop for loop in flow.loops if loop.iterable is not None and iterates(loop.iterable, loader.binding)
+                  and loop.first > loader.index]
+        roots = {ref.root for ref in (sampler.binding, loader.binding) if ref is not None}
+        for inner in passes:
+            around = [loop for loop in flow.loops if inner.within(loop) and loop.first > max(sampler.index, loader.index) and not _once(loop)]
+            if not around:
+                continue
+            epochs = min(around, key=lambda loop: loop.first)  # the outermost: it repeats the epochs
+            body = epochs.body(flow)
+            if any((event.method or (event.qname or "").rsplit(".", 1)[-1]) == "set_epoch" for event in body) or handed_over(body, roots) \
+                    or rebound(flow.events[loader.index:inner.first], loader) or rebound(flow.events[sampler.index:inner.first], sampler):
+                continue
+            line = inner.file.position(inner.node).start.line
+            line = f"line {line}" if inner.file is epochs.file else f"{inner.file.display}:{line}"
+            return Finding(epochs.file, epochs.node.iter if hasattr(epochs.node, "iter") else epochs.node.test,
+                           f"this epoch loop iterates the loader of a shuffling `DistributedSampler` ({line}) and never "
+                           f"calls `set_epoch`: every epoch visits the samples in the order of epoch 0; call "
+                           f"`sampler.set_epoch(epoch)` first in the loop",
+                           self._fix(flow, epochs, sampler, loader), related=(at(sampler, "sampler built here"),))
+        return None
+
+    @staticmethod
+    def _fix(flow, epochs, sampler, loader):
+        import libcst as cst
+
+        from fsdplint.fixes import Fix, InsertBefore, parse_statements
+        from fsdplint.model import Ref
+        from fsdplint.rulekit import local_name
+
+        node = epochs.node
+        if type(node) is not cst.For or type(node.target) is not cst.Name or type(node.body) is not cst.IndentedBlock:
+            return None
+        made = epochs.iterable.event
+        if made is None or made.qname != "range" or len(epochs.chain) != 1:
+            return None
+        def name_of(made):
+            """The variable of `made`'s result in the loop's function, when nothing else is ever assigned to
+            it (`sampler = RandomSampler(...)` on another path would have no `set_epoch`)."""
+            if made.binding is None or len(made.chain) != 1 or len(flow.bindings.get(Ref(made.binding.root), ())) != 1:
+                return None
+            return local_name(flow, made.binding)
+
+        if sampler.binding is not None and name_of(sampler) is None:
+            return None  # the variable may hold another sampler, which `loader.sampler` would be too
+        names = [f"{name}.set_epoch" for name in [name_of(sampler)] if name]
+        names += [f"{name}.sampler.set_epoch" for name in [name_of(loader)] if name]
+        if not names:
+            return None
+        call = f"{names[0]}({node.target.value})"
+        return Fix(f"Call `{call}` at the start of each epoch", safe=True,
+                   operations=[InsertBefore(node.body.body[0], parse_statements(epochs.file, call + "\n"))])
+
+
+def _shuffles(sampler) -> bool:
+    """`shuffle` left at its default, or the literal `True`."""
+    import libcst as cst
+
+    from fsdplint.rulekit import argument
+
+    given = argument(sampler, 3, "shuffle")
+    return given is None or type(given[0]) is cst.Name and given[0].value == "True"
+
+
+def _once(loop) -> bool:
+    """`for _ in range(1)`: one pass."""
+    import libcst as cst
+
+    iterable = loop.node.iter if type(loop.node) is cst.For else None
+    return (type(iterable) is cst.Call and type(iterable.func) is cst.Name and iterable.func.value == "range" and len(iterable.args) == 1
+            and type(iterable.args[0].value) is cst.Integer and iterable.args[0].value.value in ("0", "1"))

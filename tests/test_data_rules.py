@@ -1,0 +1,134 @@
+"""Uneven loops and data loading, through FSDP308, FSDP310 and FSDP311: the shapes real code takes and
+the near-misses that stay silent."""
+
+from __future__ import annotations
+
+import textwrap
+
+from fsdplint.api import check_source, fix_source
+
+HEADER = """
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+"""
+
+
+def lines(source: str, select: str) -> list[int]:
+    text = textwrap.dedent(HEADER) + textwrap.dedent(source)
+    offset = textwrap.dedent(HEADER).count("\n")
+    return [d.line - offset for d in check_source(text, select=[select])]
+
+
+def severities(source: str, select: str) -> list[str]:
+    text = textwrap.dedent(HEADER) + textwrap.dedent(source)
+    return [getattr(d.severity, "value", d.severity) for d in check_source(text, select=[select])]
+
+
+def test_uneven_loops_through_a_helper_and_the_even_shapes():
+    source = """
+    def steps(model, batches, extra):
+        for x in range(len(batches) + extra):
+            model(batches[0])
+
+    def main(model, batches, n):
+        rank, world = dist.get_rank(), dist.get_world_size()
+        fully_shard(model)
+        steps(model, batches, rank)
+        for x in batches[rank * n:(rank + 1) * n]:
+            model(x)
+        for x in batches[rank::world]:
+            print(x)
+        for x in batches[rank::world]:
+            dist.all_reduce(x, group=pair)
+        for i in range(rank, len(batches), world):
+            dist.all_reduce(batches[i])
+    """
+    assert lines(source, "FSDP308") == [3, 16]
+    assert severities(source, "FSDP308") == ["error", "warning"]
+
+
+def test_data_not_split_and_where_the_split_may_be_out_of_sight():
+    source = """
+    def train(model, data, dataset, accelerator, world_size):
+        model = DDP(model)
+        loader = DataLoader(TensorDataset(data), batch_size=8)
+        for x in loader:
+            model(x).sum().backward()
+        evaluated = DataLoader(TensorDataset(data), batch_size=8)
+        for x in evaluated:
+            model(x)
+        unknown = DataLoader(dataset, batch_size=8)
+        for x in unknown:
+            model(x).sum().backward()
+        per_rank = DataLoader(TensorDataset(data), batch_size=64 // world_size)
+        for x in per_rank:
+            model(x).sum().backward()
+        prepared = DataLoader(TensorDataset(data), batch_size=8)
+        prepared = accelerator.prepare(prepared)
+        for x in prepared:
+            model(x).sum().backward()
+    """
+    assert lines(source, "FSDP310") == [4]
+
+
+def test_shuffled_by_a_seed_of_the_rank_is_not_reported():
+    source = """
+    def train(model, data):
+        fully_shard(model)
+        torch.manual_seed(1234 + dist.get_rank())
+        loader = DataLoader(TensorDataset(data), batch_size=8, shuffle=True)
+        for x in loader:
+            model(x).sum().backward()
+    """
+    assert lines(source, "FSDP310") == []
+    assert lines(source.replace("1234 + dist.get_rank()", "1234"), "FSDP310") == [5]
+
+
+def test_sampler_epoch_forms():
+    source = """
+    def train(model, dataset, trainer, use_dist):
+        fully_shard(model)
+        sampler = DistributedSampler(dataset)
+        loader = DataLoader(dataset, sampler=sampler)
+        for epoch in range(3):
+            loader.sampler.set_epoch(epoch)
+            for x in loader:
+                model(x)
+        for epoch in range(3):
+            trainer.run_epoch(loader)
+        step = 0
+        while step < 10:
+            for x in enumerate(loader):
+                step += 1
+        still = DataLoader(dataset, sampler=DistributedSampler(dataset, shuffle=False))
+        for epoch in range(3):
+            for x in still:
+                model(x)
+    """
+    assert lines(source, "FSDP311") == [13]
+    text = textwrap.dedent(HEADER) + textwrap.dedent(source)
+    assert fix_source(text, select=["FSDP311"]) == text  # a `while` loop has no variable for the epoch
+
+
+def test_sampler_epoch_fix_needs_a_variable_that_only_ever_holds_the_sampler():
+    source = """
+    def train(model, dataset, use_dist):
+        fully_shard(model)
+        if use_dist:
+            sampler = DistributedSampler(dataset)
+        else:
+            sampler = torch.utils.data.RandomSampler(dataset)
+        loader = DataLoader(dataset, sampler=sampler)
+        for epoch in range(3):
+            for x in loader:
+                model(x)
+    """
+    assert lines(source, "FSDP311") == [9]
+    text = textwrap.dedent(HEADER) + textwrap.dedent(source)
+    assert fix_source(text, select=["FSDP311"]) == text
+    single = text.replace("    if use_dist:\n        sampler = DistributedSampler(dataset)\n    else:\n"
+                          "        sampler = torch.utils.data.RandomSampler(dataset)\n", "    sampler = DistributedSampler(dataset)\n")
+    assert "    for epoch in range(3):\n        sampler.set_epoch(epoch)\n        for x in loader:" in fix_source(single, select=["FSDP311"])
