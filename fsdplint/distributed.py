@@ -71,6 +71,10 @@ PROCESS_SPAWNERS = frozenset({"torch.multiprocessing.spawn", "torch.multiprocess
 # Calls that count this machine's accelerators.
 DEVICE_COUNTS = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count", "torch.xpu.device_count"})
 INIT_PROCESS_GROUP = "torch.distributed.init_process_group"
+# Module methods that move its parameters to a device.
+MODULE_MOVES = frozenset({"to", "cuda", "to_empty", "xpu", "npu", "mps", "ipu"})
+# Calls that change the device modules and tensors are built on by default.
+DEFAULT_DEVICE_SETTERS = frozenset({"torch.set_default_device", "torch.set_default_tensor_type"})
 # `init_device_mesh(device_type, mesh_shape, *, mesh_dim_names=None, ...)`, by the names it is imported as.
 INIT_DEVICE_MESH = frozenset({"torch.distributed.device_mesh.init_device_mesh", "torch.distributed.init_device_mesh"})
 # `init_process_group` addresses only processes of one machine meet at: a file store (a file of this

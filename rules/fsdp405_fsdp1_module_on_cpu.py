@@ -2,15 +2,14 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from fsdplint import distributed
 from fsdplint.rule import Finding, FixAvailability, Rule, Severity
 
 # FullyShardedDataParallel keywords that decide the device itself: with any of them the module's
 # device at the wrap is not the device it trains on (or is meant to stay on the CPU).
 _DEVICE_DECIDING = frozenset({"device_id", "param_init_fn", "cpu_offload", "device_mesh"})
 # Methods that move a module, or may: `apply(fn)` runs a function on every sub-module.
-_MOVES = frozenset({"to", "cuda", "to_empty", "xpu", "npu", "mps", "ipu", "apply"})
-# Calls that change the device modules are built on by default.
-_DEFAULT_DEVICE_SETTERS = frozenset({"torch.set_default_device", "torch.set_default_tensor_type"})
+_MOVES = distributed.MODULE_MOVES | {"apply"}
 
 
 class Fsdp1ModuleOnCpu(Rule):
@@ -72,6 +71,7 @@ class Fsdp1ModuleOnCpu(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL, WRAP
+        from fsdplint.model.devices import builds_on_default_device
         from fsdplint.rulekit import at, calls, code, via, where
 
         for flow in program.flows:
@@ -84,12 +84,12 @@ class Fsdp1ModuleOnCpu(Rule):
                 module = wrap.args[0] if wrap.args else wrap.kwargs.get("module")
                 built = flow.origin(module, wrap.index) if module is not None else None
                 if built is None or built.contexts or not built.on_every_path_to(wrap) \
-                        or not program.builds_on_default_device(built):
+                        or not builds_on_default_device(program, built):
                     continue
                 start = built.index if built.index >= 0 else wrap.index
                 root = module.ref.root if module.ref is not None else None
                 before = flow.events[:wrap.index]
-                if any(e.kind == CALL and e.qname in _DEFAULT_DEVICE_SETTERS and not e.exclusive(wrap) for e in before):
+                if any(e.kind == CALL and e.qname in distributed.DEFAULT_DEVICE_SETTERS and not e.exclusive(wrap) for e in before):
                     continue  # the program builds on another default device
                 if root is not None and (flow.escapes(module.ref, start, wrap.index)
                                          or any(_may_move(e, root) for e in flow.events[start:wrap.index])):

@@ -357,7 +357,9 @@ h = nn.Sequential(g)
 i = te.Linear(4, 4)
 """)
     flow = flow_of(program, None)
-    built = {event.binding.root: program.builds_on_default_device(event) for event in flow.events if event.binding is not None}
+    from fsdplint.model.devices import builds_on_default_device
+
+    built = {event.binding.root: builds_on_default_device(program, event) for event in flow.events if event.binding is not None}
     assert built == {"a": True, "b": True, "c": False, "d": False, "e": False, "f": True, "g": False, "h": False, "i": False}
     assert set(program.files[0].classes) == {"Block", "Net", "OnGpu", "Placed", "Library", "Derived"}
 
