@@ -34,7 +34,8 @@ its body's events (`flow.events[first:end]`, inlined calls included).
 The modules, one job each: `names` (qualified names), `values` (refs, values, ranks), `events` (events,
 their kinds, guards and arms), `syntax` (LibCST shapes), `files` (one file's index), `flow` (one
 function's events and the questions rules ask of them), `walker` (statements into events), `program`
-(the run's files and flows, name resolution across files), `devices` (where a module is built, read
+(the run's files and flows, name resolution across files), `ranks` (which calls and variables are the
+rank or the world size, by torch's and the launchers' names), `devices` (where a module is built, read
 from the flows).
 """
 
@@ -61,12 +62,12 @@ from fsdplint.model.names import FSDP1_WRAPPER, FULLY_SHARD, canonical, dotted_n
 from fsdplint.model.program import Program
 from fsdplint.model.values import (
     GLOBAL_RANK,
-    Element,
     LOCAL_RANK,
     RANK_COUNT,
     RANK_NUMBER,
     RANK_PART,
     SOME_RANK,
+    Element,
     Rank,
     RankTest,
     Ref,

@@ -23,8 +23,8 @@ from fsdplint.model.names import BUILTINS
 from fsdplint.model.values import Ref, Value
 
 if TYPE_CHECKING:
-    from fsdplint.model.files import FileModel, FunctionInfo
     from fsdplint.model.events import RankGuard
+    from fsdplint.model.files import FileModel, FunctionInfo
     from fsdplint.model.program import Program
 
 

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 import libcst as cst
 
 from fsdplint import distributed
-from fsdplint.model.flow import Loop
 from fsdplint.model.events import (
     ASSIGN,
     CALL,
@@ -30,12 +29,22 @@ from fsdplint.model.events import (
     RankGuard,
 )
 from fsdplint.model.files import FileModel, FunctionInfo
+from fsdplint.model.flow import Loop
 from fsdplint.model.names import (
     BUILTINS,
     CONSTANTS,
     FSDP1_WRAPPER,
     FULLY_SHARD,
     dotted_name,
+)
+from fsdplint.model.ranks import (
+    RANK_CALLS,
+    is_rank_number,
+    is_world_size_variable,
+    rank_derived_of_call,
+    rank_of_call,
+    rank_variable,
+    world_size_of_call,
 )
 from fsdplint.model.syntax import (
     LITERAL_COLLECTIONS,
@@ -54,15 +63,12 @@ from fsdplint.model.syntax import (
 )
 from fsdplint.model.values import (
     ANY_ELEMENT,
-    GLOBAL_RANK,
-    Element,
-    LOCAL_RANK,
-    SELF_OR_BELOW,
-    RANK_COUNT,
     RANK_NUMBER,
     RANK_PART,
+    SELF_OR_BELOW,
     SOME_RANK,
     Arms,
+    Element,
     Rank,
     RankTest,
     Ref,
@@ -98,14 +104,6 @@ FLOW_BUDGET = 40_000
 # (Megatron-LM: 750 files, 8.8M expressions, six minutes) still ends in well under one. accelerate's
 # largest program evaluates 2.1M.
 PROGRAM_BUDGET = 2_500_000
-
-_RANK_VARIABLES = {
-    "RANK": GLOBAL_RANK, "SLURM_PROCID": GLOBAL_RANK, "OMPI_COMM_WORLD_RANK": GLOBAL_RANK, "PMI_RANK": GLOBAL_RANK,
-    "LOCAL_RANK": LOCAL_RANK, "SLURM_LOCALID": LOCAL_RANK, "OMPI_COMM_WORLD_LOCAL_RANK": LOCAL_RANK, "MPI_LOCALRANKID": LOCAL_RANK,
-}
-_RANK_CALLS = {"torch.distributed.get_rank": GLOBAL_RANK, "torch.distributed.get_node_local_rank": LOCAL_RANK}
-_ENVIRONMENT_READS = frozenset({"os.environ.get", "os.getenv"})
-_RANK_CONVERSIONS = frozenset({"int", "str"})  # builtins whose result is still the same rank
 
 class BudgetExhausted(Exception):
     """A flow evaluated more than FLOW_BUDGET expressions."""
@@ -349,12 +347,12 @@ class Walker:
         """RANK_PART for a subscript that picks a part by the rank (`data[rank::world_size]`, `chunks[rank]`,
         `data[:n + rank]`), evaluated already: its bounds are read again from the bindings, no call made."""
         if type(index) is cst.Index:
-            return RANK_PART if _is_rank_number(self.known(index.value)) else None
+            return RANK_PART if is_rank_number(self.known(index.value)) else None
         if type(index) is not cst.Slice:
             return None
         lower, upper = (self.known(bound) if bound is not None else Value() for bound in (index.lower, index.upper))
         # Both bounds from the rank (`data[rank * k:(rank + 1) * k]`): parts of one length.
-        return RANK_PART if _is_rank_number(lower) != _is_rank_number(upper) else None
+        return RANK_PART if is_rank_number(lower) != is_rank_number(upper) else None
 
     def known(self, node: cst.CSTNode) -> Value:
         """What a name, or arithmetic on names and literals, holds, from the bindings alone (no events)."""
@@ -365,9 +363,9 @@ class Walker:
             name = node.value if type(node) is cst.Name else node.attr.value
             return Value(rank=Rank(SOME_RANK) if distributed.is_rank_name(name) else None)
         if type(node) is cst.BinaryOperation:
-            return Value(rank_derived=RANK_NUMBER) if any(_is_rank_number(self.known(part)) for part in (node.left, node.right)) else Value()
-        if type(node) is cst.Call and self.file.qualify(node.func) in _RANK_CALLS:
-            return Value(rank=Rank(_RANK_CALLS[self.file.qualify(node.func)]))
+            return Value(rank_derived=RANK_NUMBER) if any(is_rank_number(self.known(part)) for part in (node.left, node.right)) else Value()
+        if type(node) is cst.Call and self.file.qualify(node.func) in RANK_CALLS:
+            return Value(rank=Rank(RANK_CALLS[self.file.qualify(node.func)]))
         return Value()
 
     def static_truth(self, test: cst.CSTNode) -> bool | None:
@@ -567,9 +565,9 @@ class Walker:
                 self.expr(element, statement, parents)
             index = node.slice[0].slice if len(node.slice) == 1 else None
             if type(index) is cst.Index and self.file.qualify(node.value) == "os.environ":  # os.environ["LOCAL_RANK"]
-                rank = _rank_variable(index.value)
+                rank = rank_variable(index.value)
                 self.flow.reads_rank |= rank is not None
-                return Value(rank=rank, world_size=_is_world_size_variable(index.value))
+                return Value(rank=rank, world_size=is_world_size_variable(index.value))
             element = None
             if base.ref is not None and type(index) is cst.Index:  # `model.layers[0]`: one direct element
                 literal = type(index.value) in (cst.Integer, cst.SimpleString)
@@ -603,7 +601,7 @@ class Walker:
         # Anything else: evaluate the parts and pass parameter flows through (dicts, operators, f-strings).
         parts = [self.expr(part, statement, parents) for part in subexpressions(node)]
         params = frozenset().union(*(part.params_of for part in parts))
-        if type(node) is cst.BinaryOperation and any(_is_rank_number(part) for part in parts):
+        if type(node) is cst.BinaryOperation and any(is_rank_number(part) for part in parts):
             return Value(params_of=params, rank_derived=RANK_NUMBER)  # `n + rank`, `rank * per_rank`
         if type(node) is cst.BinaryOperation and any(part.world_size for part in parts):
             return Value(params_of=params, world_size=True)  # `global_batch // world_size`: computed from it
@@ -748,19 +746,8 @@ class Walker:
         if qname in distributed.RETURNS_ITS_MODULE and args and args[0].ref is not None:
             return args[0]  # `model = parallelize_module(model, ...)` is still `model`
         built_by = qname if qname is not None else receiver.built_by if type(func) is cst.Attribute and func.attr.value in _RETURNS_SELF else None
-        return Value(event=event, params_of=flowing if qname is None else frozenset(), rank=self.rank_of_call(qname, func, node, args), built_by=built_by,
-                     rank_derived=_rank_derived_of_call(qname, func, node, args), world_size=_world_size_of_call(qname, func, node, args))
-
-    @staticmethod
-    def rank_of_call(qname: str | None, func: cst.CSTNode, node: cst.Call, args: tuple[Value, ...]) -> Rank | None:
-        """`dist.get_rank()`, `os.environ.get("LOCAL_RANK")`, `int(rank)`: the rank the call returns."""
-        if qname in _RANK_CALLS:
-            return Rank(SOME_RANK if node.args else _RANK_CALLS[qname])  # `dist.get_rank(group)`: the rank within a group
-        if qname in _ENVIRONMENT_READS and node.args:
-            return _rank_variable(node.args[0].value)
-        if qname is None and type(func) is cst.Name and func.value in _RANK_CONVERSIONS and len(args) == 1:
-            return args[0].rank
-        return None
+        return Value(event=event, params_of=flowing if qname is None else frozenset(), rank=rank_of_call(qname, func, node, args), built_by=built_by,
+                     rank_derived=rank_derived_of_call(qname, func, node, args), world_size=world_size_of_call(qname, func, node, args))
 
     @staticmethod
     def is_meta_literal(node: cst.CSTNode) -> bool:
@@ -934,56 +921,3 @@ def _common_ref(refs: list[Ref | None]) -> Ref | None:
             break
         path.append(parts[0])
     return Ref(first.root, tuple(path))
-
-
-def _is_rank_number(value: Value) -> bool:
-    """The rank itself (not a string formatted from it), or a number computed from it."""
-    return value.rank is not None and not value.rank.formatted or value.rank_derived == RANK_NUMBER
-
-
-def _rank_derived_of_call(qname: str | None, func: cst.CSTNode, node: cst.Call, args: tuple[Value, ...]) -> str | None:
-    """`range(n + rank)`: RANK_COUNT; `range(rank, n, world_size)`, `itertools.islice(data, rank, None, world_size)`,
-    `len(data[rank::world_size])` and `range(0, len(mine), batch_size)`: RANK_PART; `int(n + rank)`: still the number."""
-    name = func.value if qname is None and type(func) is cst.Name else qname
-    if any(arg.star for arg in node.args) or any(arg.keyword is not None for arg in node.args):
-        return None
-    ranked = [_is_rank_number(arg) for arg in args]
-    if name in _RANK_CONVERSIONS and len(args) == 1 and args[0].rank_derived == RANK_NUMBER:
-        return RANK_NUMBER
-    if name == "len" and len(args) == 1 and args[0].rank_derived == RANK_PART:
-        return RANK_PART  # the length of a part picked by the rank: it differs unless the data divides evenly
-    if name == "range" and any(arg.rank_derived == RANK_PART for arg in args[:2]) and not any(ranked):
-        return RANK_PART  # `range(0, len(mine), batch_size)`
-    if name == "range" and len(args) == 1:
-        return RANK_COUNT if ranked[0] else None
-    if name == "range" and len(args) in (2, 3) and ranked[0] != ranked[1]:
-        # From the rank in strides of the step: a part; else one bound moves with the rank: the count.
-        return RANK_PART if ranked[0] and len(args) == 3 else RANK_COUNT
-    if name == "itertools.islice" and len(args) in (3, 4) and ranked[1] != ranked[2]:
-        return RANK_PART
-    return None
-
-
-def _world_size_of_call(qname: str | None, func: cst.CSTNode, node: cst.Call, args: tuple[Value, ...]) -> bool:
-    """`dist.get_world_size()` (of the default group), `os.environ.get("WORLD_SIZE")`, `int(world_size)`."""
-    if qname == "torch.distributed.get_world_size":
-        return not node.args
-    if qname in _ENVIRONMENT_READS and node.args:
-        return _is_world_size_variable(node.args[0].value)
-    return qname is None and type(func) is cst.Name and func.value in _RANK_CONVERSIONS and len(args) == 1 and args[0].world_size
-
-
-def _is_world_size_variable(node: cst.CSTNode) -> bool:
-    return type(node) is cst.SimpleString and node.evaluated_value in distributed.WORLD_SIZE_VARIABLES
-
-
-def _rank_variable(node: cst.CSTNode) -> Rank | None:
-    """The rank an environment variable named by `node` holds (`"LOCAL_RANK"`, `"NODE_RANK"`), if it is one."""
-    if not type(node) is cst.SimpleString:
-        return None
-    name = str(node.evaluated_value)
-    if name in _RANK_VARIABLES:
-        return Rank(_RANK_VARIABLES[name], variable=name)
-    return Rank(SOME_RANK, variable=name) if distributed.is_rank_env_var(name) else None
-
-
