@@ -107,17 +107,18 @@ class CollectiveOnSomeRanks(Rule):
 
 
 def _other_arm_calls_unseen_code(flow, event, guard) -> bool:
-    """The other arm of the guard's `if` (its `else` or `elif`s, or the block a guard's `return` leaves)
-    calls code the model cannot see into: the other ranks may reach a collective there (NeMo's `elif
-    rank > 0: model.generate_other_ranks()`, a method of a library's class, follows rank 0's
-    broadcasts). Torch's functions, builtins, reporting (`logger.info`) and common methods are seen."""
+    """The other arm of the guard's `if` (its `else` or `elif`s, or the block a guard's `return` leaves),
+    or code under the opposite test, calls code the model cannot see into: the other ranks may reach a
+    collective there (NeMo's `elif rank > 0: model.generate_other_ranks()`, a method of a library's
+    class, follows rank 0's broadcasts; and rank 0 hands the model to a library's server, whose
+    callbacks broadcast to the ranks in `generate_other_ranks()`). Torch's functions, builtins,
+    reporting (`logger.info`) and common methods are seen."""
     from fsdplint import distributed
     from fsdplint.model import CALL, CALL_VALUE, METHOD
     from fsdplint.model.names import BUILTINS
 
     arm = next(((key, number) for key, number in event.arms if key[1] == id(guard.node)), None)
-    if arm is None:
-        return False
+    test, holds = guard.condition()
 
     def unseen(other) -> bool:
         if flow.collective(other):
@@ -129,7 +130,12 @@ def _other_arm_calls_unseen_code(flow, event, guard) -> bool:
             return not (qname and (distributed.is_torch_name(qname) or qname in BUILTINS or distributed.runs_known_code(qname, None)))
         return other.kind == CALL_VALUE
 
-    return any(unseen(other) for other in flow.events if any(key == arm[0] and number != arm[1] for key, number in other.arms))
+    def elsewhere(other) -> bool:
+        """In another arm of the guard's `if`, or under the opposite test (`if rank == 0: serve() elif rank > 0: ...`)."""
+        return (arm is not None and any(key == arm[0] and number != arm[1] for key, number in other.arms)
+                or any(their.condition() == (test, not holds) for their in other.rank_guards))
+
+    return any(unseen(other) for other in flow.events if other.rank_guards or other.arms if elsewhere(other))
 
 
 def _in_other_branch(event, guard) -> bool:

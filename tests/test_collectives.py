@@ -384,3 +384,23 @@ def test_a_rank_test_whose_other_arm_calls_code_the_model_cannot_see_is_not_judg
     """
     assert lines(source) == []
     assert lines(source.replace("model.generate_other_ranks()", 'logger.info("waiting")')) == [4]
+
+
+def test_the_other_ranks_following_rank_0_that_serves_through_a_library_are_not_judged():
+    # NeMo's llm/api.py: rank 0 hands the model to a server of another package, whose callbacks
+    # broadcast; the other ranks follow them in generate_other_ranks().
+    source = """
+    class Deployable:
+        def generate_other_ranks(self):
+            dist.broadcast(torch.tensor([0]), src=0)
+
+    def deploy():
+        deployable = Deployable()
+        if dist.get_rank() == 0:
+            server = TritonServer(model=deployable)
+            server.serve()
+        elif dist.get_rank() > 0:
+            deployable.generate_other_ranks()
+    """
+    assert lines(source) == []
+    assert lines(source.replace("            server = TritonServer(model=deployable)\n            server.serve()", '            logger.info("serving")')) == [11]
