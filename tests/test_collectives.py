@@ -404,3 +404,21 @@ def test_the_other_ranks_following_rank_0_that_serves_through_a_library_are_not_
     """
     assert lines(source) == []
     assert lines(source.replace("            server = TritonServer(model=deployable)\n            server.serve()", '            logger.info("serving")')) == [11]
+
+
+def test_a_flag_set_from_the_rank_under_a_test_every_rank_sees_alike_is_still_that_test():
+    # NeMo's deploy_inframework_hf_triton.py: the rank test sits under `if dist.is_initialized():`.
+    source = """
+    def main():
+        serve = True
+        if dist.is_initialized():
+            if dist.get_rank() > 0:
+                serve = False
+        if serve:
+            dist.broadcast(torch.tensor([1]), src=0)
+        else:
+            if dist.get_rank() > 0:
+                dist.broadcast(torch.tensor([0]), src=0)
+    """
+    assert lines(source) == []
+    assert lines(source.replace("                dist.broadcast(torch.tensor([0]), src=0)", "                pass")) == [8]

@@ -204,6 +204,11 @@ class Walker:
             if len(refs) == 1:
                 continue  # the same object on every path (`model = FSDP(model)` in one arm): the last arm's value
             ranks, tests = {value.rank for value in values}, {value.rank_test for value in values}
+            if len(tests) == 2 and None in tests and all(value.rank_test or value.literal for value in values):
+                # A flag set from the rank on one path and a literal on the other (`serve = True; if
+                # dist.is_initialized(): if rank > 0: serve = False`): the literal is the same on every
+                # rank, so where the flag differs between ranks it does as the test says.
+                tests.discard(None)
             ref = Ref(self.new_version(key)) if "." not in key else None
             if ref is None:
                 joined.pop(key, None)  # `self.x`: read again as the attribute itself
