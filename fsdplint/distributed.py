@@ -100,6 +100,16 @@ STATE_DICT_GETTERS = frozenset({"get_model_state_dict", "get_optimizer_state_dic
 STATE_DICT_SETTERS = frozenset({"set_model_state_dict", "set_optimizer_state_dict", "set_state_dict"})
 # StateDictOptions fields that make a helper gather or scatter across ranks.
 COLLECTIVE_STATE_DICT_OPTIONS = frozenset({"full_state_dict", "broadcast_from_rank0"})
+# Text that marks a file that may reach a collective (the prefilter's trigger tokens of the rules about
+# collectives, FSDP203 and FSDP308): the collectives' own names, the state-dict helpers that gather, and
+# FSDP itself, whose forward gathers. Broader tokens (`state_dict`, `gather`, `rank`) parse most of a
+# training repository for little gain.
+COLLECTIVE_TOKENS = ("barrier", "all_reduce", "all_gather", "gather_object", "dist.gather", "distributed.gather",
+                     "broadcast", "reduce_scatter", "scatter_object_list", "dist.scatter", "distributed.scatter",
+                     "all_to_all", "full_tensor", "get_model_state_dict", "get_optimizer_state_dict", "get_state_dict",
+                     "set_model_state_dict", "set_optimizer_state_dict", "set_state_dict", "summon_full_params",
+                     "optim_state_dict", "FULL_STATE_DICT", "distributed.checkpoint", "dcp.", "unshard", "fully_shard",
+                     "FullyShardedDataParallel")
 # FullyShardedDataParallel (FSDP1) static methods that all-gather.
 FSDP1_COLLECTIVES = frozenset({"summon_full_params", "full_optim_state_dict", "optim_state_dict", "sharded_optim_state_dict"})
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from fsdplint import distributed
 from fsdplint.rule import Finding, FixAvailability, Rule, Severity
 
 
@@ -58,14 +59,7 @@ class CollectiveOnSomeRanks(Rule):
     summary = "A collective reached under a rank guard: the other ranks never join and it hangs"
     severity = Severity.ERROR
     fix_availability = FixAvailability.NONE
-    # The names of the collectives themselves: broader tokens (`state_dict`, `gather`) parse most of a
-    # training repository for little gain.
-    trigger_tokens = ("barrier", "all_reduce", "all_gather", "gather_object", "dist.gather", "distributed.gather",
-                      "broadcast", "reduce_scatter", "scatter_object_list", "dist.scatter", "distributed.scatter",
-                      "all_to_all", "full_tensor", "get_model_state_dict", "get_optimizer_state_dict", "get_state_dict",
-                      "set_model_state_dict", "set_optimizer_state_dict", "set_state_dict", "summon_full_params",
-                      "optim_state_dict", "FULL_STATE_DICT", "distributed.checkpoint", "dcp.", "unshard", "fully_shard",
-                      "FullyShardedDataParallel")
+    trigger_tokens = distributed.COLLECTIVE_TOKENS
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.rulekit import over_a_group

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from fsdplint import distributed
 from fsdplint.rule import Finding, FixAvailability, Rule, Severity
 
 
@@ -61,7 +62,9 @@ class UnevenCollectivesAcrossRanks(Rule):
     summary = "A loop whose number of iterations depends on the rank runs collectives: the rank that loops more hangs"
     severity = Severity.ERROR
     fix_availability = FixAvailability.NONE
-    trigger_tokens = ("rank", "RANK")
+    # The loop is judged only where it reaches a collective: a file that may reach one (`rank` alone
+    # would parse every file that says it).
+    trigger_tokens = distributed.COLLECTIVE_TOKENS
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import RANK_COUNT, RANK_PART
