@@ -422,3 +422,26 @@ def test_a_flag_set_from_the_rank_under_a_test_every_rank_sees_alike_is_still_th
     """
     assert lines(source) == []
     assert lines(source.replace("                dist.broadcast(torch.tensor([0]), src=0)", "                pass")) == [8]
+
+
+def test_a_rank_getter_of_the_run_that_returns_0_outside_a_group_is_still_the_rank():
+    # OLMo-core's get_rank: `if is_distributed(): return dist.get_rank(group)` / `else: return 0`; its
+    # hf_converter gathers a full state dict on every rank and loads it under `if get_rank() == 0:`.
+    source = """
+    def get_rank(group=None):
+        if dist.is_initialized():
+            return dist.get_rank(group)
+        else:
+            return 0
+
+    def convert(model, state):
+        model.load_state_dict(state)
+
+    def post_train(model):
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state = get_model_state_dict(model, options=options)
+        if get_rank() == 0:
+            convert(model, state)
+    """
+    assert findings(source, "FSDP204") == []
+    assert [line for line, _ in findings(source.replace("        if get_rank() == 0:\n", "        if True:\n"), "FSDP204")] == [9]
