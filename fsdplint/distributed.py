@@ -100,6 +100,9 @@ STATE_DICT_GETTERS = frozenset({"get_model_state_dict", "get_optimizer_state_dic
 STATE_DICT_SETTERS = frozenset({"set_model_state_dict", "set_optimizer_state_dict", "set_state_dict"})
 # StateDictOptions fields that make a helper gather or scatter across ranks.
 COLLECTIVE_STATE_DICT_OPTIONS = frozenset({"full_state_dict", "broadcast_from_rank0"})
+# DTensor, by the names torch has exported it under.
+DTENSOR_CLASSES = ("torch.distributed.tensor.DTensor", "torch.distributed._tensor.DTensor", "torch.distributed._tensor.api.DTensor",
+                   "torch.distributed.tensor._api.DTensor")
 # Text that marks a file that may reach a collective (the prefilter's trigger tokens of the rules about
 # collectives, FSDP203 and FSDP308): the collectives' own names, the state-dict helpers that gather, and
 # FSDP itself, whose forward gathers. Broader tokens (`state_dict`, `gather`, `rank`) parse most of a

@@ -61,7 +61,7 @@ class RankZeroOnlyStateUsedEverywhere(Rule):
                 continue
             for gather in flow.of_kind(CALL):
                 if (gather.binding is None or gather.rank_guards or not distributed.is_state_dict_helper(gather.qname or "")
-                        or not {"full_state_dict", "cpu_offload"} <= flow.state_dict_options(gather)):
+                        or not {"full_state_dict", "cpu_offload"} <= flow.state_dict_options(gather) or not self._ranks_shown(flow, gather)):
                     continue
                 for use in flow.events[gather.index + 1:]:
                     if use.binding is not None and use.binding.root == gather.binding.root:
@@ -73,6 +73,23 @@ class RankZeroOnlyStateUsedEverywhere(Rule):
                                       f"dict (gathered at {where(gather)} with `cpu_offload=True`) is on rank 0 only, the other ranks "
                                       f"hold `{{}}`, and this {action} it on every rank; do it under `if rank == 0:`, or gather "
                                       f"without `cpu_offload=True`", related=(at(gather, "gathered here"), *calls(flow, use)))
+
+    @staticmethod
+    def _ranks_shown(flow, gather) -> bool:
+        """The program shows more than one rank where the state dict is gathered: the module is sharded
+        or wrapped, or tested to be an FSDP module, a process group was started before, or the flow
+        reads this process's rank outside a test module. A model built and gathered in one process
+        (OLMo-core's conversion test, under pytest) has no other rank."""
+        from fsdplint import distributed
+        from fsdplint.model import CALL, FSDP1_WRAPPER
+
+        module = gather.args[0].ref if gather.args else None
+        if module is not None and (flow.sharding_of(module, gather.index, fsdp=None) or flow.isinstance_known(gather, module, (FSDP1_WRAPPER, "torch.distributed.fsdp.FSDPModule"))):
+            return True
+        if any(event.kind == CALL and event.qname in distributed.PROCESS_GROUP_STARTERS for event in flow.events[:gather.index]):
+            return True
+        # Reading the rank says the script runs distributed; a test module's helpers read it in one process too.
+        return flow.reads_rank and not gather.file.is_test
 
     @staticmethod
     def _use(flow, event, state) -> str | None:

@@ -422,3 +422,61 @@ def test_a_flag_set_from_the_rank_under_a_test_every_rank_sees_alike_is_still_th
     """
     assert lines(source) == []
     assert lines(source.replace("                dist.broadcast(torch.tensor([0]), src=0)", "                pass")) == [8]
+
+
+def test_a_rank_getter_of_the_run_that_returns_0_outside_a_group_is_still_the_rank():
+    # OLMo-core's get_rank: `if is_distributed(): return dist.get_rank(group)` / `else: return 0`; its
+    # hf_converter gathers a full state dict on every rank and loads it under `if get_rank() == 0:`.
+    source = """
+    def get_rank(group=None):
+        if dist.is_initialized():
+            return dist.get_rank(group)
+        else:
+            return 0
+
+    def convert(model, state):
+        model.load_state_dict(state)
+
+    def post_train(model):
+        fully_shard(model)
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state = get_model_state_dict(model, options=options)
+        if get_rank() == 0:
+            convert(model, state)
+    """
+    assert findings(source, "FSDP204") == []
+    assert [line for line, _ in findings(source.replace("        if get_rank() == 0:\n", "        if True:\n"), "FSDP204")] == [9]
+
+
+def test_a_full_state_dict_gathered_in_one_process_has_no_other_rank(tmp_path: Path):
+    # OLMo-core's convert_checkpoint_to_hf_test.py: a model built and gathered under pytest, no group.
+    (tmp_path / "convert_test.py").write_text(textwrap.dedent(HEADER) + textwrap.dedent("""
+        def convert(model, state):
+            rank = dist.get_rank() if dist.is_initialized() else 0
+            model.load_state_dict(state)
+
+        def test_convert():
+            model = build()
+            state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            convert(model, state)
+    """))
+    assert check_paths([tmp_path], select=["FSDP204"]) == []
+    (tmp_path / "convert_test.py").rename(tmp_path / "convert.py")
+    assert [d.code for d in check_paths([tmp_path], select=["FSDP204"])] == ["FSDP204"]
+
+
+def test_full_tensor_under_an_isinstance_test_of_dtensor_is_no_known_collective():
+    # OLMo-core's get_full_tensor, called on rank 0 on a model built there (plain tensors).
+    assert lines("""
+    from torch.distributed.tensor import DTensor
+
+    def get_full_tensor(x):
+        if isinstance(x, DTensor):
+            return x.full_tensor()
+        return x
+
+    def export(model):
+        if dist.get_rank() == 0:
+            for p in model.parameters():
+                get_full_tensor(p)
+    """) == []

@@ -185,6 +185,8 @@ class Flow:
                 return None if self.sharded_only_after(event) else name
             return None
         if event.kind == METHOD and event.target is not None:
+            if event.method == "full_tensor" and self.isinstance_known(event, event.target, distributed.DTENSOR_CLASSES):
+                return None  # `if isinstance(x, DTensor): x.full_tensor()`: gathers only where `x` is one, which is not known
             if event.method in ("full_tensor", "summon_full_params"):
                 return event.method
             if event.method == "unshard" and self.sharding_of(event.target, event.index, fsdp=2):

@@ -412,7 +412,7 @@ class Walker:
         elif type(node) is cst.AugAssign:
             self.expr(node.value, statement, parents)
         elif type(node) is cst.Return and node.value is not None:
-            self.returned = self.expr(node.value, statement, parents)
+            self.returned = _returned_on_either_path(self.returned, self.expr(node.value, statement, parents))
         elif type(node) in (cst.Raise, cst.Assert):
             for child in node.children:
                 self.expr(child, statement, parents)
@@ -895,6 +895,14 @@ class Walker:
                       index=len(self.flow.events), **fields)
         self.flow.events.append(event)
         return event
+
+
+def _returned_on_either_path(earlier: Value, later: Value) -> Value:
+    """What a function returns, from two of its `return`s: the later one, unless it says nothing and
+    the earlier one says what the rank is (`if is_distributed(): return dist.get_rank(group)` then
+    `return 0`: outside a process group there is one rank, and no rank test to make)."""
+    says_nothing = later.ref is None and later.event is None and later.rank is None and later.rank_test is None
+    return earlier if says_nothing and (earlier.rank is not None or earlier.rank_test is not None) else later
 
 
 def _visits_through(wrapper: str, args: tuple[Value, ...]) -> tuple[Value, ...] | None:
