@@ -211,8 +211,8 @@ def is_fsdp1_collective(qname: str) -> bool:
 # `init_device_mesh` and a `DeviceMesh(...)` start it themselves when no group exists (`init_process_group()`
 # with no backend), and so does `fully_shard` with no `mesh=` (torch 2.13: `_init_default_mesh`).
 PROCESS_GROUP_STARTERS = frozenset({
-    INIT_PROCESS_GROUP, "torch.distributed.device_mesh.init_device_mesh", "torch.distributed.init_device_mesh",
-    "torch.distributed.device_mesh.DeviceMesh", "torch.distributed.DeviceMesh", "torch.distributed.fsdp.fully_shard",
+    INIT_PROCESS_GROUP, *INIT_DEVICE_MESH, "torch.distributed.device_mesh.DeviceMesh", "torch.distributed.DeviceMesh",
+    "torch.distributed.fsdp.fully_shard",
 })
 # Calls that raise `Default process group has not been initialized` before a group exists: the rank and
 # size queries, group creation, and every collective and point-to-point call.
@@ -252,6 +252,8 @@ def tensor_arguments(qualified: str) -> tuple[tuple[int, str], ...]:
     """The (position, keyword) of each tensor a torch.distributed call sends or receives; () for others."""
     module, name = split_qname(qualified)
     return TENSOR_ARGUMENTS.get(name, ()) if module in _PROCESS_GROUP_MODULES else ()
+
+
 # Data loading: what feeds each rank its batches (FSDP310, FSDP311).
 DATA_LOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 DISTRIBUTED_SAMPLERS = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})

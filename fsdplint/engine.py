@@ -11,7 +11,6 @@ import fnmatch
 import gc
 import os
 import traceback
-from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -29,7 +28,7 @@ from fsdplint.source import SourceError, SourceFile, decode_source, split_lines
 if TYPE_CHECKING:
     from fsdplint.discovery import Candidate
     from fsdplint.fixes import Fix
-    from fsdplint.model import FileModel, Program
+    from fsdplint.model import FileModel, Flow, Program
 
 MAX_FIX_PASSES = 10
 # LibCST needs ~10 s and 500 MB for 1 MB of Python and grows faster than linearly (4 MB: minutes, GBs);
@@ -402,9 +401,11 @@ class Engine:
                 diagnostics.append(self._file_problem(flow.file.display, "FSDP006", f"the analysis of {where} ran past its budget: "
                                                       "its facts are unknown and no rule reports on it", line, 1,
                                                       flow.file.source.text.splitlines()[line - 1:line]))
-            skipped = Counter(flow.file.display for flow in program.skipped_flows)
-            for file in {flow.file.display: flow.file for flow in program.skipped_flows}.values():
-                count = skipped[file.display]
+            skipped: dict[str, list[Flow]] = {}
+            for flow in program.skipped_flows:
+                skipped.setdefault(flow.file.display, []).append(flow)
+            for flows in skipped.values():
+                file, count = flows[0].file, len(flows)
                 diagnostics.append(self._file_problem(file.display, "FSDP006", f"the analysis budget of the files checked with this one was "
                                                       f"spent before {count} of this file's bodies (functions or the module) were "
                                                       "analyzed: their facts are unknown and no rule reports on them", 1, 1,

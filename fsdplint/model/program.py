@@ -139,8 +139,7 @@ class Program:
             return None
         module, _, name = qualified.rpartition(".")
         module = module.lstrip(".")
-        found = [(other, name) for other in self.files if name in other.classes and module
-                 and (other.module_name == module or other.module_name.endswith("." + module) or module.endswith("." + other.module_name))]
+        found = [(other, name) for other in self.files if name in other.classes and _is_module(other, module)]
         return found[0] if len(found) == 1 else None
 
     def _lookup_qualified(self, qualified: str, importer: FileModel) -> FunctionInfo | None:
@@ -150,7 +149,7 @@ class Program:
         candidates = [f for f in self.functions_by_name.get(name, ()) if f.qualname == name]
         relative = module.startswith(".")
         module = module.lstrip(".")
-        same_module = [f for f in candidates if module and (f.file.module_name == module or f.file.module_name.endswith("." + module) or module.endswith("." + f.file.module_name) or f.file.module_name.split(".")[-1] == module.split(".")[-1])]
+        same_module = [f for f in candidates if _is_module(f.file, module) or module and f.file.module_name.split(".")[-1] == module.split(".")[-1]]
         if len(same_module) > 1:
             # Two scripts' folders each with a `tp.py` (gpt-fast): a script imports the one beside it,
             # its own folder being first on its path.
@@ -165,3 +164,9 @@ class Program:
         # setup` in setup.py is not fms-fsdp's own `setup()`, which starts a process group.
         (candidate,) = candidates
         return candidate if relative or module.split(".")[0] in Path(candidate.file.source.path).resolve().parts else None
+
+
+def _is_module(file: FileModel, module: str) -> bool:
+    """`module`, as an import spells it (without its leading dots), is `file`'s module: the same, or one
+    of the two a package-qualified form of the other."""
+    return bool(module) and (file.module_name == module or file.module_name.endswith("." + module) or module.endswith("." + file.module_name))

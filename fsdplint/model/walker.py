@@ -369,9 +369,8 @@ class Walker:
             return Value(rank=Rank(SOME_RANK) if distributed.is_rank_name(name) else None)
         if type(node) is cst.BinaryOperation:
             return Value(rank_derived=RANK_NUMBER) if any(is_rank_number(self.known(part)) for part in (node.left, node.right)) else Value()
-        if type(node) is cst.Call and self.file.qualify(node.func) in RANK_CALLS:
-            return Value(rank=Rank(RANK_CALLS[self.file.qualify(node.func)]))
-        return Value()
+        scope = RANK_CALLS.get(self.file.qualify(node.func) or "") if type(node) is cst.Call else None
+        return Value(rank=Rank(scope)) if scope is not None else Value()
 
     def static_truth(self, test: cst.CSTNode) -> bool | None:
         """The value of an `if` test on a name known to hold a literal (a parameter the call passed
