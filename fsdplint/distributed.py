@@ -79,7 +79,10 @@ DEFAULT_DEVICE_SETTERS = frozenset({"torch.set_default_device", "torch.set_defau
 INIT_DEVICE_MESH = frozenset({"torch.distributed.device_mesh.init_device_mesh", "torch.distributed.init_device_mesh"})
 # `init_process_group` addresses only processes of one machine meet at: a file store (a file of this
 # machine's file system) and the loopback address.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 LOCAL_INIT_METHODS = ("file://", "tcp://localhost:", "tcp://127.0.0.1:", "tcp://[::1]:")
+# The environment variable of the address `init_process_group`'s default `env://` meets at.
+MASTER_ADDRESS_VARIABLE = "MASTER_ADDR"
 # Stores that processes of one machine share: a file of its file system.
 LOCAL_STORES = frozenset({"torch.distributed.FileStore"})
 

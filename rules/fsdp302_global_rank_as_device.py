@@ -205,25 +205,23 @@ def _spawns_whole_job(flow, spawn) -> bool:
 
 
 def _meets_locally(flow, init) -> bool:
-    """`init_process_group(init_method="file://...")` or `"tcp://localhost:..."` (or an f-string that
-    starts so), or `store=FileStore(...)`: a meeting place only processes of one machine reach."""
-    import libcst as cst
-
+    """`init_process_group(init_method="file://...")` or `"tcp://localhost:..."` (a literal, or a string
+    the model knows: `f"tcp://{host}:{port}"` with `host` passed `"localhost"`), `store=FileStore(...)`,
+    or the default `env://` after `os.environ["MASTER_ADDR"] = "localhost"` on every path to it: a
+    meeting place only processes of one machine reach."""
     from fsdplint import distributed
+    from fsdplint.model import SET_ENV
     from fsdplint.rulekit import argument
 
     method = argument(init, 1, "init_method")
-    if method is not None:
-        node = method[0]
-        if type(node) is cst.FormattedString:
-            head = node.parts[0] if node.parts else None
-            address = head.value if type(head) is cst.FormattedStringText else ""
-        else:
-            address = getattr(node, "evaluated_value", None) or ""
-        return isinstance(address, str) and address.startswith(distributed.LOCAL_INIT_METHODS)
+    if method is not None and method[1].text != "env://":
+        return (method[1].text or "").startswith(distributed.LOCAL_INIT_METHODS)
     store = argument(init, 5, "store")
-    made = flow.origin(store[1], init.index) if store is not None else None
-    return made is not None and made.qname in distributed.LOCAL_STORES
+    if store is not None:
+        made = flow.origin(store[1], init.index)
+        return made is not None and made.qname in distributed.LOCAL_STORES
+    return any(setting.index < init.index and setting.variable == distributed.MASTER_ADDRESS_VARIABLE and setting.on_every_path_to(init)
+               and setting.value.text in distributed.LOOPBACK_HOSTS for setting in flow.of_kind(SET_ENV))
 
 
 def _spawn_index_in_fixed_world(flow, init) -> bool:

@@ -232,6 +232,14 @@ def one_address(init: str) -> str:
     'dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)',
     'dist.init_process_group("nccl", init_method="tcp://[::1]:29500", rank=rank, world_size=2)',
     'dist.init_process_group("nccl", store=dist.FileStore(path, 2), rank=rank, world_size=2)',
+    # The default `env://` meets at MASTER_ADDR, set to the loopback address on every path to it.
+    'os.environ["MASTER_ADDR"] = "localhost"\n    dist.init_process_group("nccl", rank=rank, world_size=2)',
+    'os.environ["MASTER_ADDR"] = "127.0.0.1"\n    dist.init_process_group("nccl", init_method="env://")',
+    # Addresses the model knows: a parameter passed or defaulting to one, a name assigned once.
+    'def setup(host, port):\n        dist.init_process_group("nccl", init_method=f"tcp://{host}:{port}")\n    setup("localhost", port)',
+    'def setup(port, host="localhost"):\n        dist.init_process_group("nccl", init_method="tcp://" + host + ":" + str(port))\n    setup(port)',
+    'def setup(addr):\n        os.environ["MASTER_ADDR"] = addr\n        dist.init_process_group("nccl")\n    setup("127.0.0.1")',
+    'host = "localhost"\n    dist.init_process_group("nccl", init_method=f"tcp://{host}:29500")',
 ])
 def test_a_group_met_at_a_place_of_this_machine_is_on_one_node(init):
     # A file store is a file of this machine (unless a shared file system holds it), the loopback
@@ -242,6 +250,12 @@ def test_a_group_met_at_a_place_of_this_machine_is_on_one_node(init):
 @pytest.mark.parametrize("init", [
     'dist.init_process_group("nccl", init_method="env://")',
     'dist.init_process_group("nccl", init_method=f"tcp://{master_addr}:{port}", rank=rank, world_size=2)',
+    # A default the launcher's own MASTER_ADDR overrides, a loopback address on one path only, a name
+    # assigned twice, a host that only starts like the loopback's.
+    'os.environ.setdefault("MASTER_ADDR", "localhost")\n    dist.init_process_group("nccl")',
+    'if args.local:\n        os.environ["MASTER_ADDR"] = "localhost"\n    dist.init_process_group("nccl")',
+    'host = "localhost"\n    host = args.host\n    dist.init_process_group("nccl", init_method=f"tcp://{host}:29500")',
+    'def setup(host):\n        dist.init_process_group("nccl", init_method=f"tcp://{host}:29500")\n    setup("localhost.example.com")',
     'dist.init_process_group("nccl", init_method="tcp://10.0.0.1:29500", rank=rank, world_size=2)',
     'dist.init_process_group("nccl", store=dist.TCPStore(master_addr, port), rank=rank, world_size=2)',
     # On one path only: the other initializes from the environment.

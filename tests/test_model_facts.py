@@ -542,3 +542,25 @@ def test_flows_know_whether_they_read_the_rank_and_classes_are_indexed():
     assert flow_of(program, "Shard.__init__").reads_rank and not flow_of(program, "Shard.__getitem__").reads_rank
     built = next(event for event in flow_of(program, None).events if event.binding and event.binding.name == "ds")
     assert program.class_of(file, built.node.func) == (file, "Shard")
+
+
+def test_strings_are_known_through_parameters_defaults_and_names_assigned_once():
+    program = program_of("""
+    import os
+    import torch.distributed as dist
+
+    def setup(host, port, scheme="tcp"):
+        os.environ["MASTER_ADDR"] = host
+        dist.init_process_group("gloo", init_method=f"{scheme}://{host}:{port}")
+
+    name = "localhost"
+    setup(name, port)
+    """)
+    flow = flow_of(program, None)
+    (setting,) = events(flow, model.SET_ENV)
+    assert (setting.variable, setting.value.text) == ("MASTER_ADDR", "localhost")
+    init = next(event for event in events(flow, model.CALL) if event.qname == "torch.distributed.init_process_group")
+    assert init.kwargs["init_method"].text == f"tcp://localhost:{model.UNKNOWN_PART}"
+    # Without a caller, nothing is known of the parameters; the default is not known either.
+    alone = next(event for event in events(flow_of(program, "setup"), model.CALL) if event.qname == "torch.distributed.init_process_group")
+    assert alone.kwargs["init_method"].text == f"{model.UNKNOWN_PART}://{model.UNKNOWN_PART}:{model.UNKNOWN_PART}"

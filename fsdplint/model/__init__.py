@@ -51,6 +51,7 @@ from fsdplint.model.events import (
     META,
     METHOD,
     OPTIMIZER,
+    SET_ENV,
     SHARD,
     WRAP,
     Event,
@@ -67,6 +68,7 @@ from fsdplint.model.values import (
     RANK_NUMBER,
     RANK_PART,
     SOME_RANK,
+    UNKNOWN_PART,
     Element,
     Rank,
     RankTest,
@@ -77,7 +79,7 @@ from fsdplint.model.walker import FLOW_BUDGET
 
 __all__ = [
     "ASSIGN", "CALL", "CALL_VALUE", "ENTER", "Element", "FLOW_BUDGET", "FSDP1_WRAPPER", "FULLY_SHARD", "GLOBAL_RANK", "GUARD_AFTER_EXIT",
-    "GUARD_BODY", "GUARD_DECORATED", "GUARD_ELSE", "LOCAL_RANK", "Loop", "META", "METHOD", "OPTIMIZER", "RANK_COUNT", "RANK_NUMBER", "RANK_PART", "SHARD", "SOME_RANK", "WRAP",
+    "GUARD_BODY", "GUARD_DECORATED", "GUARD_ELSE", "LOCAL_RANK", "Loop", "META", "METHOD", "OPTIMIZER", "RANK_COUNT", "RANK_NUMBER", "RANK_PART", "SET_ENV", "SHARD", "SOME_RANK", "UNKNOWN_PART", "WRAP",
     "Event", "EventKind", "FileModel", "Flow", "FunctionInfo", "GuardBranch", "Program", "Rank", "RankGuard", "RankScope", "RankTest", "Ref", "Value", "build_file_model",
     "canonical", "dotted_name",
 ]

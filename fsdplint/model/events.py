@@ -28,9 +28,10 @@ class EventKind(str, enum.Enum):
     META = "meta"  # target was built on the meta device
     ASSIGN = "assign"  # `target = ...` where target is an attribute (`model.tok_embeddings = new`)
     ENTER = "enter"  # a call of a function of this run, whose events follow inlined: qname(args)
+    SET_ENV = "set_env"  # `os.environ[variable] = value`
 
 
-SHARD, WRAP, OPTIMIZER, METHOD, CALL_VALUE, CALL, META, ASSIGN, ENTER = EventKind
+SHARD, WRAP, OPTIMIZER, METHOD, CALL_VALUE, CALL, META, ASSIGN, ENTER, SET_ENV = EventKind
 
 
 class GuardBranch(str, enum.Enum):
@@ -111,7 +112,8 @@ class Event:
     arms: Arms = ()  # the arm of each branching statement around the node, across inlined calls
     call_sites: tuple[cst.Call, ...] = ()  # the call that entered each function of `chain` after the first
     contexts: tuple[Event, ...] = ()  # the `with` items around the node, across inlined calls, outermost first
-    value: Value | None = None  # ASSIGN: the value assigned (`model.output.weight = model.tok_embeddings.weight`)
+    value: Value | None = None  # ASSIGN, SET_ENV: the value assigned (`model.output.weight = model.tok_embeddings.weight`)
+    variable: str | None = None  # SET_ENV: the environment variable set
 
     def keywords_set_true(self) -> frozenset[str]:
         """The keyword arguments written as `True` (`StateDictOptions(full_state_dict=True)`)."""

@@ -81,6 +81,23 @@ def literal_default(function: cst.FunctionDef, name: str) -> str | None:
     return None
 
 
+def string_default(function: cst.FunctionDef, name: str) -> str | None:
+    """The text of the parameter's default when it is a string literal (`host="localhost"`)."""
+    for param in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params):
+        if param.name.value == name and type(param.default) is cst.SimpleString and isinstance(param.default.evaluated_value, str):
+            return param.default.evaluated_value
+    return None
+
+
+def environment_variable(target: cst.CSTNode, file) -> str | None:
+    """`MASTER_ADDR` for the assignment target `os.environ["MASTER_ADDR"]`."""
+    if type(target) is not cst.Subscript or len(target.slice) != 1 or file.qualify(target.value) != "os.environ":
+        return None
+    index = target.slice[0].slice
+    name = index.value.evaluated_value if type(index) is cst.Index and type(index.value) is cst.SimpleString else None
+    return name if isinstance(name, str) else None
+
+
 def decorator_name(decorator: cst.Decorator) -> str:
     """`rank_zero_only` for `@rank_zero_only`, `@utils.rank_zero_only` and `@accelerator.on_main_process(...)`."""
     node = decorator.decorator.func if type(decorator.decorator) is cst.Call else decorator.decorator

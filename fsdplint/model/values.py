@@ -125,6 +125,14 @@ class Value:
     # How the value differs between ranks when computed from the rank (RANK_NUMBER, RANK_COUNT, RANK_PART).
     rank_derived: str | None = None
     world_size: bool = False  # the number of processes: `dist.get_world_size()`, `WORLD_SIZE`, `world_size`
+    # The string it holds, where known: a literal, a parameter passed or defaulting to one, a name
+    # assigned one once, an f-string of those (a part not known stands as UNKNOWN_PART).
+    text: str | None = None
+
+
+# In a Value's text, a part whose text is not known: no address or name holds it, so that
+# `f"tcp://{host}:{port}"` with `host` known starts with `"tcp://localhost:"` and equals nothing.
+UNKNOWN_PART = "\x00"
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from fsdplint.model.events import (
     META,
     METHOD,
     OPTIMIZER,
+    SET_ENV,
     SHARD,
     WRAP,
     Event,
@@ -50,6 +51,7 @@ from fsdplint.model.syntax import (
     LITERAL_COLLECTIONS,
     decorator_name,
     else_arm_exits,
+    environment_variable,
     exits_block,
     falsy_defaults,
     is_group_range,
@@ -59,6 +61,7 @@ from fsdplint.model.syntax import (
     no_statements,
     patched_names,
     statements_of,
+    string_default,
     subexpressions,
 )
 from fsdplint.model.values import (
@@ -67,6 +70,7 @@ from fsdplint.model.values import (
     RANK_PART,
     SELF_OR_BELOW,
     SOME_RANK,
+    UNKNOWN_PART,
     Arms,
     Element,
     Rank,
@@ -434,6 +438,9 @@ class Walker:
             assigned = self.ref_of(target)
             if assigned is not None:  # `model.tok_embeddings = new`: a sub-module replaced
                 self.emit(ASSIGN, target, statement, parents, targets=(assigned,), value=value)
+            variable = environment_variable(target, self.file)
+            if variable is not None:  # `os.environ["MASTER_ADDR"] = "localhost"`
+                self.emit(SET_ENV, target, statement, parents, variable=variable, value=value)
         key = dotted_name(target)
         if key is None:
             return
@@ -449,11 +456,12 @@ class Walker:
                 self.record_origin(root, value.event)
             # A literal kept only for a name assigned once: another assignment, later in a loop, could
             # change it before a test that comes earlier in the text.
-            constant = value.constant if root and value.constant and self.assigned_once(key) else None
+            once = root is not None and self.assigned_once(key)
+            constant = value.constant if once and value.constant else None
             bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, iterates_self=value.iterates_self, elements=value.elements,
                           rank=value.rank, constant=constant, literal=value.constant, rank_test=value.rank_test, visits=value.visits,
                           callees=value.callees, table=value.table, built_by=value.built_by, rank_derived=value.rank_derived,
-                          world_size=value.world_size)
+                          world_size=value.world_size, text=value.text if once else None)
             if root and value.built_by:
                 self.flow.instances[root] = value.built_by
         self.env[key] = bound
@@ -547,6 +555,9 @@ class Walker:
             raise BudgetExhausted
         if type(node) is cst.Name and node.value in CONSTANTS:
             return Value(constant=node.value)
+        if type(node) is cst.SimpleString:
+            text = node.evaluated_value
+            return Value(text=text if isinstance(text, str) else None)
         if type(node) in (cst.Name, cst.Attribute):
             key = dotted_name(node)
             if key is not None and key in self.env:
@@ -601,10 +612,14 @@ class Walker:
         if type(node) is cst.FormattedString:
             parts = [self.expr(part, statement, parents) for part in subexpressions(node)]
             ranks = {part.rank for part in parts if part.rank}
-            return Value(rank=replace(ranks.pop(), formatted=True) if len(ranks) == 1 else None)
+            texts = iter(UNKNOWN_PART if part.text is None else part.text for part in parts)
+            text = "".join(part.value if type(part) is cst.FormattedStringText else next(texts) for part in node.parts)
+            return Value(rank=replace(ranks.pop(), formatted=True) if len(ranks) == 1 else None, text=text)
         # Anything else: evaluate the parts and pass parameter flows through (dicts, operators, f-strings).
         parts = [self.expr(part, statement, parents) for part in subexpressions(node)]
         params = frozenset().union(*(part.params_of for part in parts))
+        if type(node) is cst.ConcatenatedString or type(node) is cst.BinaryOperation and type(node.operator) is cst.Add and any(part.text for part in parts):
+            return Value(params_of=params, text="".join(UNKNOWN_PART if part.text is None else part.text for part in parts))  # `"tcp://" + host`
         if type(node) is cst.BinaryOperation and any(is_rank_number(part) for part in parts):
             return Value(params_of=params, rank_derived=RANK_NUMBER)  # `n + rank`, `rank * per_rank`
         if type(node) is cst.BinaryOperation and any(part.world_size for part in parts):
@@ -874,11 +889,13 @@ class Walker:
         for name in params:
             if name not in env and literal_default(callee.node, name):
                 env[name] = Value(constant=literal_default(callee.node, name))
+            if name not in env and defaults_apply and string_default(callee.node, name) is not None:
+                env[name] = Value(text=string_default(callee.node, name))
             if name not in env or env[name].ref is None:
                 given = env.get(name, Value())
                 env[name] = Value(ref=Ref(prefix + name), params_of=given.params_of, rank=given.rank, constant=given.constant,
                                   rank_test=given.rank_test, always_false=name in falsy and name not in env,
-                                  rank_derived=given.rank_derived, world_size=given.world_size)
+                                  rank_derived=given.rank_derived, world_size=given.world_size, text=given.text)
                 self.flow.assigned_roots.add(prefix + name)
                 self.record_origin(prefix + name, given.event)
         chain, call_sites = (self.chain, self.call_sites) if through_wrapper else (self.chain + (callee.name,), self.call_sites + (node,))
