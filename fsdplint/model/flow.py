@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import heapq
 import itertools
 from dataclasses import dataclass
@@ -57,6 +58,20 @@ class Loop:
         return self is not other and other.first <= self.first and self.end <= other.end and any(node is other.node for node in self.around)
 
 
+class Write(enum.Enum):
+    """A walk's write to its flow's tables, kept in `Flow.writes` so that a summary can replay it (see summaries)."""
+
+    ASSIGNED_ROOT = enum.auto()  # assigned_roots.add(root)
+    INSTANCE = enum.auto()  # instances[root] = class
+    BINDING = enum.auto()  # event.binding = ref; bindings[ref].append(event)
+    TARGETS = enum.auto()  # event.targets = refs
+    OPTIMIZER_BINDING = enum.auto()  # optimizer_bindings.add(ref)
+    CONSTRUCTED = enum.auto()  # constructed[root] = qualified name
+    DERIVED = enum.auto()  # derived_from[root] = roots
+    DERIVED_MORE = enum.auto()  # derived_from[root] |= roots
+    READS_RANK = enum.auto()  # reads_rank = True
+
+
 class Flow:
     """The ordered events of one function (or module body), callees inlined."""
 
@@ -84,6 +99,32 @@ class Flow:
         self.skipped = False  # the program's budget ran out before it (and it is `exhausted` too)
         self.loops: list[Loop] = []  # the loops walked once, each after the loops nested in it
         self.reads_rank = False  # the walk evaluated this process's rank (`dist.get_rank()`, `self.rank`, `RANK`)
+        self.writes: list[tuple[Write, object, object]] = []  # every write to the tables above, in order
+        self.attempted: list[tuple[int, int]] = []  # the functions (node ids) the walk came to call, followed or not, and from which depth
+        self.consulted: list[str] = []  # the variables whose maker a walk looked up (what built them: `origin`, `constructed`)
+
+    def write(self, kind: Write, key, value=None) -> None:
+        """Writes to the tables above, and keeps the write for summaries to replay."""
+        if kind is Write.ASSIGNED_ROOT:
+            self.assigned_roots.add(key)
+        elif kind is Write.INSTANCE:
+            self.instances[key] = value
+        elif kind is Write.BINDING:
+            key.binding = value
+            self.bindings.setdefault(value, []).append(key)
+        elif kind is Write.TARGETS:
+            key.targets = value
+        elif kind is Write.OPTIMIZER_BINDING:
+            self.optimizer_bindings.add(key)
+        elif kind is Write.CONSTRUCTED:
+            self.constructed[key] = value
+        elif kind is Write.DERIVED:
+            self.derived_from[key] = value
+        elif kind is Write.DERIVED_MORE:
+            self.derived_from.setdefault(key, set()).update(value)
+        elif kind is Write.READS_RANK:
+            self.reads_rank = True
+        self.writes.append((kind, key, value))
 
     @property
     def is_entry(self) -> bool:

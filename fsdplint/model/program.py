@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import itertools
 from collections import Counter
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from fsdplint import distributed
 from fsdplint.model.events import Event
 from fsdplint.model.files import FileModel, FunctionInfo
 from fsdplint.model.flow import Flow
+from fsdplint.model.summaries import Summary
 from fsdplint.model.syntax import bound_names, statements_of
 from fsdplint.model.walker import PROGRAM_BUDGET, BudgetExhausted, Walker
 
@@ -22,7 +22,8 @@ class Program:
 
     def __init__(self, files: list[FileModel]) -> None:
         self.files = files
-        self._call_ids = itertools.count(1)
+        self.last_call_id = 0  # each inlined call's own id, for the names of its variables (`save@12:state`)
+        self.summaries: dict[tuple, list[Summary]] = {}  # by calling context (summaries.Context.key)
         self.functions_by_name: dict[str, list[FunctionInfo]] = {}
         self._bound_counts: dict[int, tuple[cst.CSTNode, Counter[str]]] = {}
         self._resolved: dict[tuple[int, int, int], tuple[cst.CSTNode, FunctionInfo | None]] = {}
@@ -86,7 +87,12 @@ class Program:
         return view
 
     def next_call_id(self) -> int:
-        return next(self._call_ids)
+        self.last_call_id += 1
+        return self.last_call_id
+
+    def reserve_call_ids(self, count: int) -> None:
+        """Takes the ids a copied walk's calls have (summaries), as its first walk took them."""
+        self.last_call_id += count
 
     def bound_counts(self, file: FileModel, function: FunctionInfo | None) -> Counter[str]:
         """How many statements of the function (or module) body bind each name, counted once per body."""

@@ -30,7 +30,8 @@ from fsdplint.model.events import (
     RankGuard,
 )
 from fsdplint.model.files import FileModel, FunctionInfo
-from fsdplint.model.flow import Loop
+from fsdplint.model.flow import Loop, Write
+from fsdplint.model.summaries import Surroundings, walk_body
 from fsdplint.model.names import (
     BUILTINS,
     CONSTANTS,
@@ -222,6 +223,10 @@ class Walker:
                                 rank_derived=derived.pop() if len(derived) == 1 else None, world_size=sizes == {True})
         return joined
 
+    def read_rank(self, reads: bool) -> None:
+        if reads:
+            self.flow.write(Write.READS_RANK, None)
+
     def new_version(self, name: str) -> str:
         self.flow.versions += 1
         return f"{self.prefix}{name}#{self.flow.versions}"
@@ -300,7 +305,7 @@ class Walker:
             self.bind(node.target, element)
             if element.ref is None and type(node.target) is cst.Name and self.env[node.target.value].ref is not None:
                 # `for module in children_bottom_up(model)[:-1]`: each element comes from `model`.
-                self.flow.derived_from[self.env[node.target.value].ref.root] = self.roots_read(node.iter)
+                self.flow.write(Write.DERIVED, self.env[node.target.value].ref.root, self.roots_read(node.iter))
             first = len(self.flow.events)
             self.walk_suite(node.body, inner)
             self.record_loop(node, iterable, first, parents)
@@ -452,7 +457,7 @@ class Walker:
                 root = self.new_version(key) if self.rebinds(key, source) else self.prefix + key
             ref = Ref(root) if root else self.ref_of(target)
             if root:
-                self.flow.assigned_roots.add(root)
+                self.flow.write(Write.ASSIGNED_ROOT, root)
                 self.record_origin(root, value.event)
             # A literal kept only for a name assigned once: another assignment, later in a loop, could
             # change it before a test that comes earlier in the text.
@@ -463,17 +468,16 @@ class Walker:
                           callees=value.callees, table=value.table, built_by=value.built_by, rank_derived=value.rank_derived,
                           world_size=value.world_size, text=value.text if once else None)
             if root and value.built_by:
-                self.flow.instances[root] = value.built_by
+                self.flow.write(Write.INSTANCE, root, value.built_by)
         self.env[key] = bound
         if value.event is not None and value.event.binding is None:
-            value.event.binding = bound.ref
-            self.flow.bindings.setdefault(bound.ref, []).append(value.event)
+            self.flow.write(Write.BINDING, value.event, bound.ref)
             if value.event.kind in (SHARD, WRAP) and not value.event.targets and bound.ref:
-                value.event.targets = (bound.ref,)  # `model = FSDP(Model(...))`: the wrapped module is the result
+                self.flow.write(Write.TARGETS, value.event, (bound.ref,))  # `model = FSDP(Model(...))`: the wrapped module is the result
                 if value.event.args and not bound.ref.path:
                     self.record_origin(bound.ref.root, value.event.args[0].event)
             if value.event.kind == OPTIMIZER and bound.ref:
-                self.flow.optimizer_bindings.add(bound.ref)
+                self.flow.write(Write.OPTIMIZER_BINDING, bound.ref)
         if statement is not None and bound.ref is not None and (self.meta_depth or value.event and value.event.kind == META):
             self.emit(META, target, statement, parents, targets=(bound.ref,))
 
@@ -490,18 +494,19 @@ class Walker:
             return
         if event.kind == CALL and event.qname in ("copy.deepcopy", "copy.copy") and event.args and event.args[0].ref:
             # A copy is built by what built the original.
+            self.flow.consulted.append(event.args[0].ref.root)
             built_by = self.flow.constructed.get(event.args[0].ref.root)
             if built_by:
-                self.flow.constructed[root] = built_by
+                self.flow.write(Write.CONSTRUCTED, root, built_by)
         elif event.kind == CALL and event.qname:
-            self.flow.constructed[root] = event.qname
+            self.flow.write(Write.CONSTRUCTED, root, event.qname)
         # `get_module(model, path)`, `model.get_submodule(path)`; and, for a call written here (not one
         # returned by an inlined function, whose names are the callee's), `getattr(model, "embed")()`.
         sources = {ref.root for ref in event.arg_refs()} | ({event.target.root} if event.kind == METHOD and event.target else set())
         if event.chain == self.chain:
             sources |= self.roots_read(event.node) - {root}
         if sources:
-            self.flow.derived_from[root] = sources
+            self.flow.write(Write.DERIVED, root, sources)
 
     # expressions
 
@@ -571,7 +576,7 @@ class Walker:
                 if function is not None:
                     return Value(callees=(function,))
             flag, rank = distributed.is_main_process_flag(name), distributed.is_rank_name(name)
-            self.flow.reads_rank |= rank
+            self.read_rank(rank)
             return Value(ref=self.ref_of(node), rank=Rank(SOME_RANK) if rank else None,
                          rank_test=RankTest(True, True) if flag else None, world_size=distributed.is_world_size_name(name))
         if type(node) is cst.Subscript:
@@ -581,7 +586,7 @@ class Walker:
             index = node.slice[0].slice if len(node.slice) == 1 else None
             if type(index) is cst.Index and self.file.qualify(node.value) == "os.environ":  # os.environ["LOCAL_RANK"]
                 rank = rank_variable(index.value)
-                self.flow.reads_rank |= rank is not None
+                self.read_rank(rank is not None)
                 return Value(rank=rank, world_size=is_world_size_variable(index.value))
             element = None
             if base.ref is not None and type(index) is cst.Index:  # `model.layers[0]`: one direct element
@@ -684,7 +689,7 @@ class Walker:
 
     def call(self, node: cst.Call, statement: cst.CSTNode, parents: tuple, with_item: bool) -> Value:
         value = self.rank_meaning(node, self._call(node, statement, parents, with_item))
-        self.flow.reads_rank |= value.rank is not None
+        self.read_rank(value.rank is not None)
         return value
 
     def _call(self, node: cst.Call, statement: cst.CSTNode, parents: tuple, with_item: bool) -> Value:
@@ -741,7 +746,7 @@ class Walker:
             event = self.emit(METHOD, node, targets=(receiver.ref,), method=method, **common)
             if method in _COLLECTS and not receiver.ref.path:
                 # `modules.append(module)` in a loop over `model.named_modules()`: the list's elements come from `model`.
-                self.flow.derived_from.setdefault(receiver.ref.root, set()).update(*(self.roots_read(arg.value) for arg in node.args))
+                self.flow.write(Write.DERIVED_MORE, receiver.ref.root, set().union(*(self.roots_read(arg.value) for arg in node.args)))
             if method in _PARAMETER_METHODS:
                 return Value(params_of=frozenset({receiver.ref}), event=event)
             if method in _ITERATES_SUBMODULES:
@@ -803,6 +808,7 @@ class Walker:
         """`trainer.save(...)` where `trainer = Trainer(...)` and this run defines `Trainer.save`."""
         if not type(func) is cst.Attribute or receiver.ref is None or receiver.ref.path:
             return None
+        self.flow.consulted.append(receiver.ref.root)
         built_by = self.flow.origin(receiver, len(self.flow.events))
         if built_by is None or built_by.kind not in (CALL, CALL_VALUE) or not type(built_by.node) is cst.Call:
             return None
@@ -849,6 +855,7 @@ class Walker:
 
     def inline(self, callee: FunctionInfo, node: cst.Call, args: tuple[Value, ...], kwargs: dict[str, Value], receiver: Value, statement: cst.CSTNode, parents: tuple) -> Value:
         callee.called = True
+        self.flow.attempted.append((id(callee.node), self.depth))
         if self.depth >= _MAX_INLINE_DEPTH or id(callee.node) in self.stack or callee.name in self.patched or self.raising:
             event = self.emit(CALL, node, statement=statement, parents=parents, qname=callee.qualname, args=args, kwargs=kwargs)
             return Value(event=event)
@@ -869,7 +876,8 @@ class Walker:
         through_wrapper = self.forwarded_to is callee
         if not through_wrapper:
             self.emit(ENTER, node, statement=statement, parents=parents, qname=callee.qualname, args=args, kwargs=kwargs)
-        prefix = f"{callee.name}@{self.flow.program.next_call_id()}:"
+        call_id = self.flow.program.next_call_id()
+        prefix = f"{callee.name}@{call_id}:"
         env: dict[str, Value] = {}
         params = list(callee.params)
         if callee.class_name and params and params[0] in ("self", "cls"):
@@ -896,14 +904,20 @@ class Walker:
                 env[name] = Value(ref=Ref(prefix + name), params_of=given.params_of, rank=given.rank, constant=given.constant,
                                   rank_test=given.rank_test, always_false=name in falsy and name not in env,
                                   rank_derived=given.rank_derived, world_size=given.world_size, text=given.text)
-                self.flow.assigned_roots.add(prefix + name)
+                self.flow.write(Write.ASSIGNED_ROOT, prefix + name)
                 self.record_origin(prefix + name, given.event)
         chain, call_sites = (self.chain, self.call_sites) if through_wrapper else (self.chain + (callee.name,), self.call_sites + (node,))
         walker = Walker(self.flow, callee.file, callee, env, prefix, chain, self.depth + 1, self.stack,
                          self.outer + parents + (statement,), self.rank_guards, call_sites, self.contexts, self.arms)
         walker.patched = self.patched
-        walker.walk_suite(callee.node.body, ())
-        return walker.returned
+        if through_wrapper:
+            walker.walk_suite(callee.node.body, ())
+            return walker.returned
+        around = Surroundings(chain, call_sites, walker.outer, self.rank_guards, self.contexts, self.arms)
+        returned = walk_body(walker, self.stack, around, call_id, _MAX_INLINE_DEPTH)
+        if self.flow.steps > FLOW_BUDGET:
+            raise BudgetExhausted  # a copied walk counts its steps as the walk did
+        return returned
 
     def emit(self, kind: EventKind, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple, **fields) -> Event:
         event = Event(kind, node, self.file, statement, parents, self.chain, function=self.function, outer=self.outer,

@@ -1,0 +1,350 @@
+"""Summaries: the walk of a function's body, made once per calling context and applied at every call
+that gives the same one.
+
+A call of a function of the run is followed into its body with the arguments substituted for the
+parameters (walker.Walker.inline). What that walk does depends on the callee, on how deep the call is,
+and on what the caller knows of the arguments: which parameters are modules and which parts of which,
+which are rank tests, literals, functions, and what built the objects they hold. That is the context,
+`Context.key`, with the caller's own variables numbered in the order they are met, not named.
+
+The first walk in a context is kept as a `Summary`: its events, loops and writes to the flow's tables,
+and what it returned. Another call in the same context (in the same flow or another one) gets a copy
+of them instead of a walk, in which the caller's variables, events and values of the first call are
+replaced by those of this call, the variables the walk made (`save@12:state`, each call's own) are
+renamed to new ones, and what the caller puts around every event (its chain of calls, call sites,
+rank guards, arms, `with` items, statements) is the new caller's. Where a copy meets something of
+the first caller it cannot map, the function is walked again instead: a summary never guesses.
+
+This is what keeps a run from walking `Accelerator.prepare` at each of its 391 calls in accelerate.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from fsdplint.model.events import Event, RankGuard
+from fsdplint.model.flow import Loop, Write
+from fsdplint.model.names import dotted_name
+from fsdplint.model.values import Element, Ref, Value
+
+if TYPE_CHECKING:
+    from fsdplint.model.flow import Flow
+
+_CALL_PREFIX = re.compile(r"([^@:]*)@(\d+):")  # `save@12:` of a root or an arm made by an inlined call
+
+
+class Unmappable(Exception):
+    """The copy met something of the first caller that this call has no counterpart for."""
+
+
+@dataclass(frozen=True)
+class Surroundings:
+    """What the caller puts around every event of the callee's walk: the start of each event's tuples."""
+
+    chain: tuple[str, ...]
+    call_sites: tuple
+    outer: tuple
+    rank_guards: tuple[RankGuard, ...]
+    contexts: tuple[Event, ...]
+    arms: tuple
+
+
+@dataclass
+class Context:
+    """What the walk of a callee may read of its caller: the key, and the caller's variables, events
+    and values it met, in the order they were met (the same order in every context of one key)."""
+
+    key: tuple
+    roots: list[str] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    values: list[Value] = field(default_factory=list)
+
+
+def context_of(flow: Flow, own_prefix: str, env: dict[str, Value], function_id: int, patched: frozenset[str]) -> Context:
+    """The calling context of a walk of the function `function_id` from bindings `env`, whose own
+    variables start with `own_prefix`. How deep the call is and what built the caller's variables
+    are not in it: `Summary.fits` asks them of the walks that depend on them."""
+    context = Context(())
+    roots: dict[str, int] = {}
+    events: dict[int, int] = {}
+    values: dict[int, int] = {}
+
+    def root(name: str) -> object:
+        if name.startswith(own_prefix):
+            return name[len(own_prefix):]
+        if name not in roots:
+            roots[name] = len(roots)
+            context.roots.append(name)
+        return roots[name]
+
+    def ref(target: Ref | None) -> object:
+        return None if target is None else (root(target.root), target.path, target in flow.optimizer_bindings)
+
+    def event(made: Event | None) -> object:
+        if made is None:
+            return None
+        if id(made) not in events:
+            events[id(made)] = len(events)
+            context.events.append(made)
+            return (events[id(made)], made.kind, made.qname, made.method, made.binding is None, bool(made.targets),
+                    type(made.node).__name__, dotted_name(getattr(made.node, "func", None)))
+        return events[id(made)]
+
+    def value(given: Value | None) -> object:
+        if given is None:
+            return None
+        if id(given) in values:
+            return values[id(given)]
+        values[id(given)] = len(values)
+        context.values.append(given)
+        element = given.element
+        return (values[id(given)], ref(given.ref), tuple(sorted((ref(owner) for owner in given.params_of), key=repr)), ref(given.iterates),
+                given.iterates_self, event(given.event), _each(value, given.elements), _each(value, given.visits),
+                tuple(id(function.node) for function in given.callees), tuple(id(function.node) for function in given.table), given.rank,
+                given.constant, given.literal, given.rank_test, given.always_false,
+                (ref(element.container), element.index, element.arms) if element else None, ref(given.each_of), given.built_by,
+                given.rank_derived, given.world_size, given.text)
+
+    shape = tuple((name, value(env[name])) for name in sorted(env))
+    context.key = (function_id, patched, shape)
+    return context
+
+
+def maker(flow: Flow, root: str, before: int) -> tuple:
+    """What the walk may read of a caller's variable: what built it (a method call on it resolves by
+    the class), and the qualified name it was constructed by (a copy of it is built by the same)."""
+    made = flow.origin(Value(ref=Ref(root)), before)
+    return (made.kind, type(made.node).__name__, dotted_name(getattr(made.node, "func", None))) if made else None, flow.constructed.get(root)
+
+
+def _each(shape, values: tuple[Value, ...] | None) -> tuple | None:
+    return None if values is None else tuple(shape(value) for value in values)
+
+
+@dataclass
+class Summary:
+    """One walk of a callee's body, in the context it was made in, to be copied into other calls."""
+
+    context: Context
+    around: Surroundings
+    first_call_id: int  # the call ids the walk took (its own prefix's first): its variables' and arms' names
+    last_call_id: int
+    start: int  # its events are flow.events[start:start + len(events)] of the flow it was made in
+    events: list[Event]
+    final: list[tuple[Ref | None, tuple[Ref, ...]]]  # each event's binding and targets when the walk ended
+    loops: list[Loop]
+    writes: list[tuple[Write, object, object]]
+    calls: frozenset[tuple[int, int]]  # the functions it came to call, each with the depth below `depth` it called from
+    stack_hits: frozenset[int]  # ... of those, the ones on the caller's stack, which it did not follow
+    depth: int  # the depth of the walk's function
+    makers: tuple[tuple[int, tuple], ...] | None  # the caller's variables whose makers it read (by context position), and them; None: unknown
+    steps: int
+    versions: int
+    returned: Value
+
+    def fits(self, flow: Flow, context: Context, stack: tuple[int, ...], depth: int, limit: int) -> bool:
+        """The walk would be the same in this call: it stops at the same functions (the caller's stack
+        and the depth limit), and the caller's variables it asked the makers of were made alike."""
+        if self.makers is None or {function for function, _ in self.calls}.intersection(stack) != self.stack_hits:
+            return False
+        if any((self.depth + below >= limit) != (depth + below >= limit) for _, below in self.calls):
+            return False
+        return all(maker(flow, context.roots[position], len(flow.events)) == made for position, made in self.makers)
+
+
+class Copier:
+    """Copies a summary's walk into a call: its events, loops, writes and result, mapped."""
+
+    def __init__(self, summary: Summary, context: Context, around: Surroundings, first_call_id: int, start: int) -> None:
+        self.summary = summary
+        self.around = around
+        self.id_offset = first_call_id - summary.first_call_id
+        self.index_offset = start - summary.start
+        recorded = summary.context
+        self.roots = dict(zip(recorded.roots, context.roots))
+        self.events: dict[int, Event] = {id(old): new for old, new in zip(recorded.events, context.events)}
+        self.values: dict[int, Value] = {id(old): new for old, new in zip(recorded.values, context.values)}
+        self.own = {id(event): position for position, event in enumerate(summary.events)}
+        self.guards: dict[int, RankGuard] = {}
+        self.tuples: dict[tuple[str, int], tuple] = {}
+        self.arm_names: dict[tuple, tuple] = {}
+
+    # names
+
+    @staticmethod
+    def owns_root(name: str, first_call_id: int, last_call_id: int) -> bool:
+        """The variable was made by a walk that took these call ids."""
+        match = _CALL_PREFIX.match(name)
+        return bool(match) and first_call_id <= int(match.group(2)) <= last_call_id
+
+    def root(self, name: str) -> str:
+        mapped = self.roots.get(name)
+        if mapped is not None:
+            return mapped
+        match = _CALL_PREFIX.match(name)
+        if not match or not self.summary.first_call_id <= int(match.group(2)) <= self.summary.last_call_id:
+            raise Unmappable(name)
+        self.roots[name] = mapped = f"{match.group(1)}@{int(match.group(2)) + self.id_offset}:{name[match.end():]}"
+        return mapped
+
+    def ref(self, ref: Ref | None) -> Ref | None:
+        return None if ref is None else Ref(self.root(ref.root), ref.path)
+
+    def refs(self, refs):
+        return type(refs)(self.ref(ref) for ref in refs)
+
+    def rebase(self, field: str, items: tuple, old_base: tuple, new_base: tuple, each) -> tuple:
+        """A tuple of the walk, which starts with the first caller's part (`old_base`): this caller's
+        part, then the walk's own part, mapped. Events share these tuples: each is mapped once."""
+        key = (field, id(items))
+        mapped = self.tuples.get(key)
+        if mapped is None:
+            if len(items) < len(old_base) or any(mine is not theirs and (type(mine) is Event or mine != theirs) for mine, theirs in zip(items, old_base)):
+                raise Unmappable(items)  # not made by the walk (an element's arms in the caller's value)
+            self.tuples[key] = mapped = new_base + tuple(map(each, items[len(old_base):]))
+        return mapped
+
+    def arm(self, arm: tuple) -> tuple:
+        mapped = self.arm_names.get(arm)
+        if mapped is None:
+            self.arm_names[arm] = mapped = self._arm(arm)
+        return mapped
+
+    def _arm(self, arm: tuple) -> tuple:
+        (prefix, node), number = arm
+        match = _CALL_PREFIX.match(prefix)
+        if not match or not self.summary.first_call_id <= int(match.group(2)) <= self.summary.last_call_id:
+            raise Unmappable(prefix)
+        return (f"{match.group(1)}@{int(match.group(2)) + self.id_offset}:{prefix[match.end():]}", node), number
+
+    def arms(self, arms: tuple) -> tuple:
+        return self.rebase("arms", arms, self.summary.around.arms, self.around.arms, self.arm)
+
+    def chain(self, chain: tuple[str, ...]) -> tuple[str, ...]:
+        return self.rebase("chain", chain, self.summary.around.chain, self.around.chain, _same)
+
+    def guard(self, guard: RankGuard) -> RankGuard:
+        if id(guard) not in self.guards:
+            self.guards[id(guard)] = RankGuard(guard.node, guard.branch, guard.file, self.chain(guard.chain), guard.equivalent)
+        return self.guards[id(guard)]
+
+    def rank_guards(self, guards: tuple) -> tuple:
+        return self.rebase("rank_guards", guards, self.summary.around.rank_guards, self.around.rank_guards, self.guard)
+
+    # objects
+
+    def event(self, event: Event | None) -> Event | None:
+        if event is None:
+            return None
+        mapped = self.events.get(id(event))
+        if mapped is not None:
+            return mapped
+        if id(event) not in self.own:
+            raise Unmappable(event)
+        binding, targets = self.summary.final[self.own[id(event)]]
+        around = self.summary.around
+        copy = Event(event.kind, event.node, event.file, event.statement, event.parents, self.chain(event.chain),
+                     index=event.index + self.index_offset, targets=self.refs(targets), qname=event.qname, method=event.method,
+                     args=tuple(self.value(arg) for arg in event.args), kwargs={key: self.value(arg) for key, arg in event.kwargs.items()},
+                     params_of=self.refs(event.params_of), binding=self.ref(binding), with_item=event.with_item, function=event.function,
+                     outer=self.rebase("outer", event.outer, around.outer, self.around.outer, _same),
+                     rank_guards=self.rank_guards(event.rank_guards), arms=self.arms(event.arms),
+                     call_sites=self.rebase("call_sites", event.call_sites, around.call_sites, self.around.call_sites, _same),
+                     contexts=self.rebase("contexts", event.contexts, around.contexts, self.around.contexts, self.event),
+                     value=self.value(event.value), variable=event.variable)
+        self.events[id(event)] = copy
+        return copy
+
+    def value(self, value: Value | None) -> Value | None:
+        if value is None:
+            return None
+        mapped = self.values.get(id(value))
+        if mapped is not None:
+            return mapped
+        if not (value.ref or value.params_of or value.iterates or value.event or value.elements or value.visits or value.element or value.each_of):
+            return value  # nothing in it names a variable or an event: the same in every call
+        element = value.element
+        copy = Value(ref=self.ref(value.ref), params_of=self.refs(value.params_of), iterates=self.ref(value.iterates), iterates_self=value.iterates_self,
+                     event=self.event(value.event), elements=self.each(value.elements), visits=self.each(value.visits), callees=value.callees,
+                     table=value.table, rank=value.rank, constant=value.constant, literal=value.literal, rank_test=value.rank_test,
+                     always_false=value.always_false, each_of=self.ref(value.each_of), built_by=value.built_by, rank_derived=value.rank_derived,
+                     world_size=value.world_size, text=value.text,
+                     element=Element(self.ref(element.container), element.index, self.arms(element.arms) if element.arms else ()) if element else None)
+        self.values[id(value)] = copy
+        return copy
+
+    def each(self, values: tuple[Value, ...] | None) -> tuple[Value, ...] | None:
+        return None if values is None else tuple(self.value(value) for value in values)
+
+    def loop(self, loop: Loop) -> Loop:
+        return Loop(loop.node, self.value(loop.iterable), loop.file, loop.function, self.chain(loop.chain), loop.first + self.index_offset,
+                    loop.end + self.index_offset, self.rank_guards(loop.rank_guards),
+                    self.rebase("call_sites", loop.call_sites, self.summary.around.call_sites, self.around.call_sites, _same),
+                    self.rebase("outer", loop.around, self.summary.around.outer, self.around.outer, _same))
+
+    def write(self, write: tuple[Write, object, object]) -> tuple[Write, object, object]:
+        kind, key, value = write
+        if kind in (Write.ASSIGNED_ROOT, Write.INSTANCE, Write.CONSTRUCTED):
+            return kind, self.root(key), value
+        if kind is Write.BINDING:
+            return kind, self.event(key), self.ref(value)
+        if kind is Write.TARGETS:
+            return kind, self.event(key), self.refs(value)
+        if kind is Write.OPTIMIZER_BINDING:
+            return kind, self.ref(key), value
+        if kind in (Write.DERIVED, Write.DERIVED_MORE):
+            return kind, self.root(key), {self.root(root) for root in value}
+        return write
+
+
+def _same(item):
+    return item
+
+
+def walk_body(walker, caller_stack: tuple[int, ...], around: Surroundings, call_id: int, depth_limit: int) -> Value:
+    """Walks the body of `walker`'s function into its flow, or copies the walk of an earlier call in
+    the same context; returns what the body returns."""
+    flow, program, callee = walker.flow, walker.flow.program, walker.function
+    context = context_of(flow, walker.prefix, walker.env, id(callee.node), walker.patched)
+    summaries = program.summaries.setdefault(context.key, [])
+    for summary in summaries:
+        if summary.fits(flow, context, caller_stack, walker.depth, depth_limit):
+            try:
+                return _apply(summary, flow, context, around, call_id, walker.depth)
+            except Unmappable:
+                break
+    start, loops, writes, steps, versions = len(flow.events), len(flow.loops), len(flow.writes), flow.steps, flow.versions
+    attempted, consulted = len(flow.attempted), len(flow.consulted)
+    walker.walk_suite(callee.node.body, ())
+    events = flow.events[start:]
+    calls = frozenset((function, depth - walker.depth) for function, depth in flow.attempted[attempted:])
+    positions = {root: position for position, root in enumerate(context.roots)}
+    read = set(flow.consulted[consulted:])
+    own = Copier.owns_root
+    makers = None if any(root not in positions and not own(root, call_id, program.last_call_id) for root in read) else \
+        tuple((positions[root], maker(flow, root, start)) for root in sorted(read, key=str) if root in positions)
+    summaries.append(Summary(
+        context, around, call_id, program.last_call_id, start, events, [(event.binding, event.targets) for event in events], flow.loops[loops:],
+        flow.writes[writes:], calls, {function for function, _ in calls}.intersection(caller_stack), walker.depth, makers,
+        flow.steps - steps, flow.versions - versions, walker.returned))
+    return walker.returned
+
+
+def _apply(summary: Summary, flow: Flow, context: Context, around: Surroundings, call_id: int, depth: int) -> Value:
+    """The summary's walk copied into this call (nothing is written to the flow unless all of it maps)."""
+    copier = Copier(summary, context, around, call_id, len(flow.events))
+    events = [copier.event(event) for event in summary.events]
+    loops = [copier.loop(loop) for loop in summary.loops]
+    writes = [copier.write(write) for write in summary.writes]
+    returned = copier.value(summary.returned)
+    flow.steps += summary.steps
+    flow.versions += summary.versions
+    flow.events += events
+    flow.loops += loops
+    for write in writes:
+        flow.write(*write)
+    flow.attempted += [(function, depth + below) for function, below in summary.calls]
+    flow.program.reserve_call_ids(summary.last_call_id - summary.first_call_id)
+    return returned
