@@ -81,6 +81,9 @@ INIT_DEVICE_MESH = frozenset({"torch.distributed.device_mesh.init_device_mesh", 
 # machine's file system) and the loopback address.
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 LOCAL_INIT_METHODS = ("file://", "tcp://localhost:", "tcp://127.0.0.1:", "tcp://[::1]:")
+# Methods of libraries' objects that destroy the default process group, by the class that builds the
+# object: accelerate's `end_training()` calls `self.state.destroy_process_group()` (accelerate >= 0.34).
+GROUP_DESTROYING_METHODS = {"accelerate.Accelerator": frozenset({"end_training"})}
 # The environment variable of the address `init_process_group`'s default `env://` meets at.
 MASTER_ADDRESS_VARIABLE = "MASTER_ADDR"
 # Stores that processes of one machine share: a file of its file system.

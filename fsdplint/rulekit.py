@@ -254,10 +254,13 @@ def spawns(program) -> Iterator[tuple[Flow, Event, FunctionInfo]]:
 
 
 def process_group_backend(event: Event) -> str | None:
-    """The backend an `init_process_group` call names as a string literal (`"nccl"`, `"cpu:gloo,cuda:nccl"`);
-    None when it names none or computes it."""
+    """The backend an `init_process_group` call names as a string the model knows (`"nccl"`,
+    `"cpu:gloo,cuda:nccl"`, a name assigned one); None when it names none or computes it."""
+    from fsdplint.model import UNKNOWN_PART
+
     backend = argument(event, 0, "backend")
-    return getattr(backend[0], "evaluated_value", None) if backend is not None else None
+    text = backend[1].text if backend is not None else None
+    return text if text is not None and UNKNOWN_PART not in text else None
 
 
 def qualified_reference(file: FileModel, qualified: str) -> str | None:
@@ -315,6 +318,12 @@ def is_leaf_or_part(flow: Flow, root: Ref, shards: list[Event]) -> bool:
     built_by = flow.constructed.get(root.root, "")
     if built_by.startswith("torch.nn.") and built_by.rsplit(".", 1)[-1] not in _TORCH_CONTAINERS:
         return True
+    return taken_from_sharded(flow, root, shards)
+
+
+def taken_from_sharded(flow: Flow, root: Ref, shards: list[Event]) -> bool:
+    """The module was computed from a module that `shards` shard (`language_model = get_language_model(model)`,
+    a call this run does not follow): it may be that module or a part of it."""
     sources = flow.derived_from.get(root.root, set()) - {root.root}
     return any(t.root in sources for event in shards for t in event.targets)
 

@@ -95,7 +95,7 @@ class ShardingOrder(Rule):
 
         from fsdplint.fixes import Fix, InsertAfter, parse_statements
         from fsdplint.model import Ref
-        from fsdplint.rulekit import calls, code, local_name, statement_after_loops, via
+        from fsdplint.rulekit import calls, code, local_name, statement_after_loops, taken_from_sharded, via
 
         shards = list(flow.shard_events(fsdp=2))
         roots = {Ref(t.root) for e in shards for t in e.targets if t.is_submodule}
@@ -104,8 +104,8 @@ class ShardingOrder(Rule):
                 continue
             if not flow.bindings.get(root) and root.root not in flow.constructed:
                 continue  # not a call's result: a list of modules built here (`[m for m in model.modules() if ...]`)
-            if any(t.may_be(root) for e in flow.shard_events() for t in e.targets):
-                continue  # sharded, or maybe (`for m in model.modules(): fully_shard(m)` reaches `model` too)
+            if any(t.may_be(root) for e in flow.shard_events() for t in e.targets) or taken_from_sharded(flow, root, list(flow.shard_events())):
+                continue  # sharded, or maybe (`for m in model.modules(): fully_shard(m)` reaches `model` too; a part taken from a sharded module)
             block_shards = [e for e in shards if any(t.root == root.root and t.is_submodule for t in e.targets)]
             last = block_shards[-1]
             if flow.escapes(root, last.index) or any(isinstance(parent, cst.If) for parent in last.parents):

@@ -21,12 +21,14 @@ class ProcessGroupNotDestroyed(Rule):
     sharded model's device mesh can keep the group alive past teardown, and then nothing is
     printed at all (seen with torch 2.11 on an H100), so a clean-looking log proves nothing.
 
-    A group whose backend is written as `"gloo"` is not reported: gloo exits silently.
+    A group whose backend is known to be `"gloo"` (written in the call, or in a name assigned it once)
+    is not reported: gloo exits silently.
 
     The script is a file's top level (what runs when it is launched, `main()` under
     `if __name__ == "__main__":` included) or a function handed to `torch.multiprocessing.spawn`.
     A `destroy_process_group()` anywhere after the initialization counts, through calls to
-    functions of the checked files, in a `finally:` block, or registered with `atexit`.
+    functions of the checked files, in a `finally:` block, or registered with `atexit`; so does a
+    library method that destroys it (accelerate's `Accelerator.end_training()`).
 
     ## Example
     ```python
@@ -72,7 +74,7 @@ class ProcessGroupNotDestroyed(Rule):
             if init is None or (backend is not None and "nccl" not in backend):
                 continue  # a gloo group left to the interpreter exits silently
             later = flow.events[init.index + 1:]
-            if any(_destroys(event, destroyers) for event in later):
+            if any(_destroys(flow, event, destroyers) for event in later):
                 continue
             yield Finding(init.file, init.node,
                           f"the process group initialized here is never destroyed{via(init)}: it lives until the "
@@ -80,8 +82,14 @@ class ProcessGroupNotDestroyed(Rule):
                           f"can hang; call `dist.destroy_process_group()` when the script ends", related=calls(flow, init))
 
 
-def _destroys(event, destroyers: set[str]) -> bool:
+def _destroys(flow, event, destroyers: set[str]) -> bool:
+    from fsdplint import distributed
     from fsdplint.model import CALL, ENTER, METHOD
+
+    if event.kind == METHOD and event.target is not None and not event.target.path:
+        # `accelerator.end_training()`, `accelerator` built by `Accelerator(...)`
+        if event.method in distributed.GROUP_DESTROYING_METHODS.get(flow.instances.get(event.target.root, ""), ()):
+            return True
 
     if event.kind == CALL and event.qname == DESTROY:
         return True

@@ -420,3 +420,40 @@ def test_a_test_module_runs_on_one_machine(tmp_path):
     (tmp_path / "tests" / "launch.py").write_text(source)  # a script kept beside the tests is no test
     found = sorted((Path(d.path).name, d.code) for d in check_paths([tmp_path], select=LAUNCH))
     assert found == [("launch.py", "FSDP302"), ("train.py", "FSDP302")]
+
+
+def test_a_gloo_group_named_through_a_variable_and_accelerates_end_training():
+    """torchrec's `backend = "gloo"; init_process_group(backend=backend)`, and Transformer Engine's
+    `accelerator.end_training()`, which destroys the group (accelerate >= 0.34)."""
+    from fsdplint.api import check_source
+
+    def fsdp304(source: str) -> list[int]:
+        return [d.line for d in check_source(textwrap.dedent(source), select=["FSDP304"])]
+
+    assert fsdp304("""
+    import torch.distributed as dist
+    def main():
+        backend = "gloo"
+        dist.init_process_group(backend=backend)
+    main()
+    """) == []
+    assert fsdp304("""
+    import torch.distributed as dist
+    from accelerate import Accelerator
+    def main():
+        dist.init_process_group("nccl")
+        accelerator = Accelerator()
+        accelerator.end_training()
+    main()
+    """) == []
+    # A name assigned twice, and another object's end_training, say nothing.
+    assert fsdp304("""
+    import torch.distributed as dist
+    def main(args):
+        backend = "gloo"
+        backend = args.backend
+        dist.init_process_group(backend=backend)
+        tracker = Tracker()
+        tracker.end_training()
+    main(args)
+    """) == [6]

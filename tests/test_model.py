@@ -656,3 +656,36 @@ def test_a_script_imports_the_module_beside_it_when_two_folders_hold_one_of_that
         (folder / "generate.py").write_text(textwrap.dedent(script))
     found = sorted((str(Path(d.path).resolve().relative_to(tmp_path.resolve())), d.line, d.code) for d in check_paths([tmp_path]))
     assert found == [("generate.py", 7, "FSDP104"), ("moe/generate.py", 7, "FSDP104")]
+
+
+def test_a_module_taken_by_getattr_or_from_a_call_not_followed_is_part_of_its_model():
+    """NeMo RL's `getattr(model, "backbone", model.model)`, prime-rl's `getattr(lm, "a", None) or
+    getattr(lm, "b", None)` and a library's `get_language_model(model)`: sub-modules of a model sharded
+    after them, not roots left unsharded (FSDP102 and FSDP101 fired on them)."""
+    for taken in ['getattr(model, "backbone", model.model)', 'getattr(model, "backbone")', 'getattr(model, "backbone", None)',
+                  "model.backbone or model.model", 'getattr(model, "a", None) or getattr(model, "b", None)', "get_language_model(model)"]:
+        assert codes(f"""
+        from torch.distributed.fsdp import fully_shard
+        from mylib import get_language_model
+
+        def shard(model):
+            inner = {taken}
+            for layer in inner.layers:
+                fully_shard(layer)
+            fully_shard(inner.embed)
+            fully_shard(model)
+
+        shard(Net())
+        """, select=["FSDP1"]) == [], taken
+    # Still a root of its own: a module built from nothing the run shards.
+    assert codes("""
+    from torch.distributed.fsdp import fully_shard
+    from mylib import get_language_model
+
+    def shard(config):
+        inner = get_language_model(config)
+        for layer in inner.layers:
+            fully_shard(layer)
+
+    shard(cfg)
+    """, select=["FSDP102"]) == [(8, "FSDP102")]

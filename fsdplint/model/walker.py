@@ -604,7 +604,9 @@ class Walker:
         if type(node) is cst.BooleanOperation:
             left, right = self.expr(node.left, statement, parents), self.expr(node.right, statement, parents)
             operator = "and" if type(node.operator) is cst.And else "or"
-            return Value(params_of=left.params_of | right.params_of, rank_test=RankTest.combine(operator, left.rank_test, right.rank_test))
+            # `model.backbone or model.model`: one of the two modules.
+            either = _either([left.ref, right.ref]) if operator == "or" else None
+            return Value(ref=either, params_of=left.params_of | right.params_of, rank_test=RankTest.combine(operator, left.rank_test, right.rank_test))
         if type(node) is cst.UnaryOperation and type(node.operator) is cst.Not:
             operand = self.expr(node.expression, statement, parents)
             return Value(rank_test=operand.rank_test.negated() if operand.rank_test else None)
@@ -767,11 +769,23 @@ class Walker:
             # `TinyLM(...)`: a name of no function of the run, nor imported: a class of the file, by its name.
             return Value(event=self.emit(CALL_VALUE, node, targets=(callee_ref,), **common), built_by=func.value if type(func) is cst.Name else None)
         event = self.emit(CALL, node, **{**common, "qname": qname or dotted_name(func)})
+        taken = self.attribute_taken(node, args) if qname is None and type(func) is cst.Name and func.value == "getattr" else None
+        if taken is not None:
+            return Value(ref=taken, event=event)
         if qname in distributed.RETURNS_ITS_MODULE and args and args[0].ref is not None:
             return args[0]  # `model = parallelize_module(model, ...)` is still `model`
         built_by = qname if qname is not None else receiver.built_by if type(func) is cst.Attribute and func.attr.value in _RETURNS_SELF else None
         return Value(event=event, params_of=flowing if qname is None else frozenset(), rank=rank_of_call(qname, func, node, args), built_by=built_by,
                      rank_derived=rank_derived_of_call(qname, func, node, args), world_size=world_size_of_call(qname, func, node, args))
+
+    @staticmethod
+    def attribute_taken(node: cst.Call, args: tuple[Value, ...]) -> Ref | None:
+        """`getattr(model, "backbone")` is `model.backbone`; with a default, one of the two
+        (`getattr(model, "backbone", model.model)`: a module one step below `model`)."""
+        if len(args) not in (2, 3) or len(node.args) != len(args) or args[0].ref is None or args[1].text is None:
+            return None
+        taken = args[0].ref.child(args[1].text)
+        return taken if len(args) == 2 or args[2].constant == "None" else _either([taken, args[2].ref])
 
     @staticmethod
     def is_meta_literal(node: cst.CSTNode) -> bool:
@@ -949,6 +963,16 @@ def _visits_through(wrapper: str, args: tuple[Value, ...]) -> tuple[Value, ...] 
     if wrapper == "zip":
         return tuple(Value(elements=values) for values in zip(*known))
     return None  # `sorted`, `filter`: which, in which order, is not known
+
+
+def _either(refs: list[Ref | None]) -> Ref | None:
+    """A value that is one of `refs`: that ref when they are one, or any module one step below their
+    common part when each is one step below it (`model.backbone` or `model.model`: `model.[]`);
+    else not known."""
+    common = _common_ref(refs)
+    if common is None or all(ref == common for ref in refs):
+        return common
+    return common.child(ANY_ELEMENT) if all(len(ref.path) == len(common.path) + 1 for ref in refs) else None
 
 
 def _common_ref(refs: list[Ref | None]) -> Ref | None:
