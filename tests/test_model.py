@@ -135,6 +135,15 @@ def test_a_layer_moved_to_a_device_is_still_that_layer():
     model = Net().to(device)
     fully_shard(model)
     """) == [(7, "FSDP101")]
+    # Transformer Engine's fused layers are single layers too; its TransformerLayer is a block.
+    assert codes("""
+    import transformer_engine.pytorch as te
+    from torch.distributed.fsdp import fully_shard
+    layer = te.LayerNormLinear(512, 1536)
+    fully_shard(layer)
+    block = te.TransformerLayer(512, 2048, 8)
+    fully_shard(block)
+    """) == [(7, "FSDP101")]
 
 
 def test_noqa_suppresses_and_unused_noqa_is_reported():

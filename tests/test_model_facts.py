@@ -210,6 +210,37 @@ def test_a_decorator_runs_its_wrappers_finally_after_the_function():
     assert init.args[0].constant is None and init.node.args[0].value.value == "backend"
 
 
+def test_a_decorator_that_returns_its_wrapper_from_an_arm_or_the_function_itself():
+    """prime-rl's clean_exit: `if asyncio.iscoroutinefunction(func): return func` else the wrapper."""
+    source = """
+    import asyncio
+    import functools
+    import torch.distributed as dist
+    def clean_exit(func):
+        if asyncio.iscoroutinefunction(func):
+            return func
+        else:
+            @functools.wraps(func)
+            def sync_wrapper(*args, **kwargs):
+                try:
+                    return func(*args, **kwargs)
+                finally:
+                    dist.destroy_process_group()
+            return sync_wrapper
+    @clean_exit
+    def main():
+        dist.init_process_group("nccl")
+    main()
+    """
+    calls = [event.qname for event in events(flow_of(program_of(source), None), model.CALL) if event.qname.startswith("torch.")]
+    assert calls == ["torch.distributed.init_process_group", "torch.distributed.destroy_process_group"]
+    # Two wrappers it may return: which one runs is not known, and neither is followed.
+    two = source.replace("            return func\n", "            async def async_wrapper(*args, **kwargs):\n                return await func(*args, **kwargs)\n"
+                         "            return async_wrapper\n")
+    calls = [event.qname for event in events(flow_of(program_of(two), None), model.CALL) if event.qname.startswith("torch.")]
+    assert calls == ["torch.distributed.init_process_group"]
+
+
 def test_a_rank_read_through_an_object_guards():
     flow = flow_of(program_of("""
     import torch
@@ -564,3 +595,45 @@ def test_strings_are_known_through_parameters_defaults_and_names_assigned_once()
     # Without a caller, nothing is known of the parameters; the default is not known either.
     alone = next(event for event in events(flow_of(program, "setup"), model.CALL) if event.qname == "torch.distributed.init_process_group")
     assert alone.kwargs["init_method"].text == f"{model.UNKNOWN_PART}://{model.UNKNOWN_PART}:{model.UNKNOWN_PART}"
+
+
+def test_a_callee_is_walked_once_per_calling_context_and_copied_into_the_other_calls(monkeypatch):
+    from fsdplint.model import summaries
+
+    copies = []
+    apply = summaries._apply
+    monkeypatch.setattr(summaries, "_apply", lambda summary, *rest: copies.append(summary.context.key[0]) or apply(summary, *rest))
+    program = program_of("""
+    from torch.distributed.fsdp import fully_shard
+
+    def shard(model, last=True):
+        for block in model.layers:
+            fully_shard(block)
+        if last:
+            fully_shard(model)
+        made = Net()
+        return made
+
+    def first(model):
+        kept = shard(model)
+
+    def second(other):
+        if cond:
+            kept = shard(other)
+        again = shard(other)
+        partly = shard(other, last=False)
+    """)
+    shard = next(function for function in program.files[0].functions.values() if function.name == "shard")
+    # `second`'s first two calls give `first`'s context (a module, `last` left to its default);
+    # `last=False` is another one.
+    assert copies == [id(shard.node)] * 2
+    second = flow_of(program, "second")
+    shards = events(second, model.SHARD)
+    block, root = [("other", ("layers", "[]"))], [("other", ())]
+    assert [[(target.root, target.path) for target in event.targets] for event in shards] == [block, root, block, root, block]
+    # Each copy is of its own call: its call site, its arms (the first under `if cond:`), its own variables.
+    sites = [event.call_sites[0] for event in shards]
+    assert sites[0] is sites[1] and sites[2] is sites[3] and sites[0] is not sites[2] and sites[4] not in sites[:4]
+    assert shards[0].arms and not shards[2].arms and shards[0].chain == ("second", "shard")
+    made = [event.binding.root for event in events(second, model.CALL_VALUE) if event.binding is not None]
+    assert len(set(made)) == 3 and all(root.startswith("shard@") and root.endswith(":made") for root in made)

@@ -103,6 +103,10 @@ class Flow:
         self.attempted: list[tuple[int, int]] = []  # the functions (node ids) the walk came to call, followed or not, and from which depth
         self.consulted: list[str] = []  # the variables whose maker a walk looked up (what built them: `origin`, `constructed`)
 
+    def done_walking(self) -> None:
+        """Drops what only walks read (summaries keep their own part of it)."""
+        self.writes, self.attempted, self.consulted = [], [], []
+
     def write(self, kind: Write, key, value=None) -> None:
         """Writes to the tables above, and keeps the write for summaries to replay."""
         if kind is Write.ASSIGNED_ROOT:

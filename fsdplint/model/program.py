@@ -36,6 +36,7 @@ class Program:
         # The run's budget goes first to the files that import FSDP, whose flows rules report on most.
         self.steps_left = PROGRAM_BUDGET
         built = {id(owner): self._build_flow(*owner) for owner in sorted(owners, key=lambda owner: not owner[0].imports_fsdp)}
+        self.summaries.clear()  # only walks use them
         self.flows = [built[id(owner)] for owner in owners]
         # Modules a class shards on `self` in any of its methods, for its other methods.
         self.class_shards: dict[tuple[str, str], list[Event]] = {}
@@ -63,6 +64,7 @@ class Program:
             return unknown
         self.steps_left -= flow.steps
         flow.returned = walker.returned
+        flow.done_walking()
         return flow
 
     def flow_of(self, function: FunctionInfo) -> Flow | None:

@@ -98,6 +98,19 @@ def environment_variable(target: cst.CSTNode, file) -> str | None:
     return name if isinstance(name, str) else None
 
 
+def returned_names(suite: cst.CSTNode) -> Iterator[str | None]:
+    """What each `return` of a block returns, through its `if`/`else`, `try` and `with` blocks (not
+    into nested functions): the name returned, or None for anything else."""
+    for statement in statements_of(suite):
+        if type(statement) is cst.SimpleStatementLine:
+            for small in statement.body:
+                if type(small) is cst.Return:
+                    yield small.value.value if type(small.value) is cst.Name else None
+        elif type(statement) not in (cst.FunctionDef, cst.ClassDef):
+            for inner in suites_of(statement):
+                yield from returned_names(inner)
+
+
 def decorator_name(decorator: cst.Decorator) -> str:
     """`rank_zero_only` for `@rank_zero_only`, `@utils.rank_zero_only` and `@accelerator.on_main_process(...)`."""
     node = decorator.decorator.func if type(decorator.decorator) is cst.Call else decorator.decorator

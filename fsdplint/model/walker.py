@@ -61,6 +61,7 @@ from fsdplint.model.syntax import (
     literal_default,
     no_statements,
     patched_names,
+    returned_names,
     statements_of,
     string_default,
     subexpressions,
@@ -857,14 +858,14 @@ class Walker:
             if type(decorator.decorator) not in (cst.Name, cst.Attribute):
                 continue
             function = self.flow.program.resolve_callable(callee.file, None, decorator.decorator)
-            body = statements_of(function.node.body) if function is not None else []
-            if not body or not function.params or type(body[-1]) is not cst.SimpleStatementLine:
+            if function is None or not function.params:
                 continue
-            returned = body[-1].body[-1]
-            if type(returned) is cst.Return and type(returned.value) is cst.Name:
-                wrapper = function.file.functions.get(f"{function.qualname}.{returned.value.value}")
-                if wrapper is not None:
-                    return wrapper, function.params[0]
+            # What the decorator returns: a function it defines, or (prime-rl's clean_exit, for
+            # coroutines) the function itself: a wrapper when it is the only one it may return.
+            returned = {name for name in returned_names(function.node.body) if name is not None and name != function.params[0]}
+            wrappers = [function.file.functions.get(f"{function.qualname}.{name}") for name in returned]
+            if len(wrappers) == 1 and wrappers[0] is not None:
+                return wrappers[0], function.params[0]
         return None
 
     def inline(self, callee: FunctionInfo, node: cst.Call, args: tuple[Value, ...], kwargs: dict[str, Value], receiver: Value, statement: cst.CSTNode, parents: tuple) -> Value:
