@@ -6,6 +6,8 @@ per function and per module body (`flow`), holding the ordered `Event`s of that 
 made by the `walker`, which evaluates each statement into `Value`s (`values`) and follows the calls of
 functions defined in the checked files into them, arguments substituted for parameters, so that
 `shard_model(model)` followed by `build_optimizer(model)` reads as one sequence even across files.
+A function is walked once per calling context; the other calls in that context get a copy of that
+walk, mapped to their own arguments, variables and surroundings (`summaries`).
 
 Bindings and paths. Each binding of a name to a new object is a new value (`model#2`), and where paths
 meet, a name bound to different objects on them is a new value again. The arms of a branching
@@ -33,7 +35,8 @@ its body's events (`flow.events[first:end]`, inlined calls included).
 
 The modules, one job each: `names` (qualified names), `values` (refs, values, ranks), `events` (events,
 their kinds, guards and arms), `syntax` (LibCST shapes), `files` (one file's index), `flow` (one
-function's events and the questions rules ask of them), `walker` (statements into events), `program`
+function's events and the questions rules ask of them), `walker` (statements into events), `summaries`
+(a callee's walk kept per calling context and copied into the other calls), `program`
 (the run's files and flows, name resolution across files), `ranks` (which calls and variables are the
 rank or the world size, by torch's and the launchers' names), `devices` (where a module is built, read
 from the flows).

@@ -244,16 +244,17 @@ class Copier:
         if id(event) not in self.own:
             raise Unmappable(event)
         binding, targets = self.summary.final[self.own[id(event)]]
-        around = self.summary.around
+        around, value = self.summary.around, self.value
+        # Positional, in the order of Event's fields: a copy is made for each event of every copied walk.
         copy = Event(event.kind, event.node, event.file, event.statement, event.parents, self.chain(event.chain),
-                     index=event.index + self.index_offset, targets=self.refs(targets), qname=event.qname, method=event.method,
-                     args=tuple(self.value(arg) for arg in event.args), kwargs={key: self.value(arg) for key, arg in event.kwargs.items()},
-                     params_of=self.refs(event.params_of), binding=self.ref(binding), with_item=event.with_item, function=event.function,
-                     outer=self.rebase("outer", event.outer, around.outer, self.around.outer, _same),
-                     rank_guards=self.rank_guards(event.rank_guards), arms=self.arms(event.arms),
-                     call_sites=self.rebase("call_sites", event.call_sites, around.call_sites, self.around.call_sites, _same),
-                     contexts=self.rebase("contexts", event.contexts, around.contexts, self.around.contexts, self.event),
-                     value=self.value(event.value), variable=event.variable)
+                     event.index + self.index_offset, self.refs(targets) if targets else targets, event.qname, event.method,
+                     tuple(map(value, event.args)) if event.args else event.args,
+                     {key: value(arg) for key, arg in event.kwargs.items()} if event.kwargs else {},
+                     self.refs(event.params_of) if event.params_of else event.params_of, self.ref(binding), event.with_item, event.function,
+                     self.rebase("outer", event.outer, around.outer, self.around.outer, _same), self.rank_guards(event.rank_guards),
+                     self.arms(event.arms), self.rebase("call_sites", event.call_sites, around.call_sites, self.around.call_sites, _same),
+                     self.rebase("contexts", event.contexts, around.contexts, self.around.contexts, self.event),
+                     value(event.value), event.variable)
         self.events[id(event)] = copy
         return copy
 
