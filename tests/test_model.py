@@ -135,11 +135,12 @@ def test_a_layer_moved_to_a_device_is_still_that_layer():
     model = Net().to(device)
     fully_shard(model)
     """) == [(7, "FSDP101")]
-    # Transformer Engine's fused layers are single layers too; its TransformerLayer is a block.
+    # Transformer Engine's fused layers are single layers too, built on the meta device or not; its
+    # TransformerLayer is a block.
     assert codes("""
     import transformer_engine.pytorch as te
     from torch.distributed.fsdp import fully_shard
-    layer = te.LayerNormLinear(512, 1536)
+    layer = te.LayerNormLinear(512, 1536, device="meta")
     fully_shard(layer)
     block = te.TransformerLayer(512, 2048, 8)
     fully_shard(block)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 import libcst as cst
 
@@ -98,17 +98,24 @@ def environment_variable(target: cst.CSTNode, file) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def returned_names(suite: cst.CSTNode) -> Iterator[str | None]:
+def returned_names(suite: cst.CSTNode, known_test: Callable[[cst.CSTNode], bool | None] = lambda test: None) -> Iterator[str | None]:
     """What each `return` of a block returns, through its `if`/`else`, `try` and `with` blocks (not
-    into nested functions): the name returned, or None for anything else."""
+    into nested functions): the name returned, or None for anything else. Of an `if` whose test
+    `known_test` knows the value of, only the arm that runs."""
     for statement in statements_of(suite):
         if type(statement) is cst.SimpleStatementLine:
             for small in statement.body:
                 if type(small) is cst.Return:
                     yield small.value.value if type(small.value) is cst.Name else None
+        elif type(statement) is cst.If and known_test(statement.test) is not None:
+            arm = statement.body if known_test(statement.test) else statement.orelse
+            if type(arm) is cst.If:
+                yield from returned_names(cst.IndentedBlock([arm]), known_test)
+            elif arm is not None:
+                yield from returned_names(arm.body, known_test)
         elif type(statement) not in (cst.FunctionDef, cst.ClassDef):
             for inner in suites_of(statement):
-                yield from returned_names(inner)
+                yield from returned_names(inner, known_test)
 
 
 def decorator_name(decorator: cst.Decorator) -> str:

@@ -99,6 +99,7 @@ _COLLECTS = frozenset({"append", "extend", "insert", "add"})  # list and set met
 # Methods whose result no longer holds a shard of the parameters it came from.
 _GATHERS = frozenset({"full_tensor", "to_local", "item", "tolist", "numpy"})
 _MAX_INLINE_DEPTH = 4
+_COROUTINE_TESTS = frozenset({"asyncio.iscoroutinefunction", "inspect.iscoroutinefunction"})
 _EXPECTS_RAISE = frozenset({"raises", "assertRaises", "assertRaisesRegex"})  # pytest.raises, unittest's
 _MAX_UNROLLED = 16  # a loop over at most this many known values is walked once per value
 # Expressions one flow may evaluate, its inlined callees included: past it, the flow's facts are unknown
@@ -491,7 +492,7 @@ class Walker:
         return previous.ref is None or source is None or previous.ref.root not in self.roots_read(source)
 
     def record_origin(self, root: str, event: Event | None) -> None:
-        if event is None or event.kind not in (CALL, METHOD, CALL_VALUE):
+        if event is None or event.kind not in (CALL, METHOD, CALL_VALUE, META):
             return
         if event.kind == CALL and event.qname in ("copy.deepcopy", "copy.copy") and event.args and event.args[0].ref:
             # A copy is built by what built the original.
@@ -499,7 +500,7 @@ class Walker:
             built_by = self.flow.constructed.get(event.args[0].ref.root)
             if built_by:
                 self.flow.write(Write.CONSTRUCTED, root, built_by)
-        elif event.kind == CALL and event.qname:
+        elif event.kind in (CALL, META) and event.qname:
             self.flow.write(Write.CONSTRUCTED, root, event.qname)
         # `get_module(model, path)`, `model.get_submodule(path)`; and, for a call written here (not one
         # returned by an inlined function, whose names are the callee's), `getattr(model, "embed")()`.
@@ -727,7 +728,8 @@ class Walker:
             return Value(iterates=_common_ref([arg.iterates or arg.ref for arg in args]), params_of=flowing,
                          visits=tuple(visit for part in parts for visit in part))
         if self.builds_on_meta(node):
-            return Value(event=Event(META, node, self.file, statement, parents, self.chain))
+            # The constructor is kept: what built it (`te.LayerNormLinear`, a single layer) still says what it is.
+            return Value(event=Event(META, node, self.file, statement, parents, self.chain, qname=qname))
         callee = self.flow.program.resolve_function(self.file, self.function, node)
         if callee is None:
             callee = self.method_of_instance(func, receiver)
@@ -860,9 +862,18 @@ class Walker:
             function = self.flow.program.resolve_callable(callee.file, None, decorator.decorator)
             if function is None or not function.params:
                 continue
-            # What the decorator returns: a function it defines, or (prime-rl's clean_exit, for
-            # coroutines) the function itself: a wrapper when it is the only one it may return.
-            returned = {name for name in returned_names(function.node.body) if name is not None and name != function.params[0]}
+            # What the decorator returns: a function it defines, or the function itself: a wrapper when
+            # it is the only one it may return for this function (prime-rl's clean_exit returns one
+            # wrapper for `async def` functions and another for the others).
+            holder = function.params[0]
+
+            def is_coroutine_test(test: cst.CSTNode) -> bool | None:
+                """`asyncio.iscoroutinefunction(func)`: whether the decorated function is `async def`."""
+                tested = (type(test) is cst.Call and len(test.args) == 1 and type(test.args[0].value) is cst.Name and test.args[0].value.value == holder
+                          and (function.file.qualify(test.func) or "") in _COROUTINE_TESTS)
+                return callee.node.asynchronous is not None if tested else None
+
+            returned = {name for name in returned_names(function.node.body, is_coroutine_test) if name is not None and name != holder}
             wrappers = [function.file.functions.get(f"{function.qualname}.{name}") for name in returned]
             if len(wrappers) == 1 and wrappers[0] is not None:
                 return wrappers[0], function.params[0]
