@@ -133,7 +133,9 @@ class Summary:
     last_call_id: int
     start: int  # its events are flow.events[start:start + len(events)] of the flow it was made in
     events: list[Event]
-    final: list[tuple[Ref | None, tuple[Ref, ...]]]  # each event's binding and targets when the walk ended
+    # Each event's targets, and the bindings set, when the walk ended (a caller may set them later).
+    final_targets: list[tuple[Ref, ...]]
+    final_bindings: dict[int, Ref]
     loops: list[Loop]
     writes: list[tuple[Write, object, object]]
     calls: frozenset[tuple[int, int]]  # the functions it came to call, each with the depth below `depth` it called from
@@ -243,7 +245,8 @@ class Copier:
             return mapped
         if id(event) not in self.own:
             raise Unmappable(event)
-        binding, targets = self.summary.final[self.own[id(event)]]
+        position = self.own[id(event)]
+        binding, targets = self.summary.final_bindings.get(position), self.summary.final_targets[position]
         around, value = self.summary.around, self.value
         # Positional, in the order of Event's fields: a copy is made for each event of every copied walk.
         copy = Event(event.kind, event.node, event.file, event.statement, event.parents, self.chain(event.chain),
@@ -327,7 +330,8 @@ def walk_body(walker, caller_stack: tuple[int, ...], around: Surroundings, call_
     makers = None if any(root not in positions and not own(root, call_id, program.last_call_id) for root in read) else \
         tuple((positions[root], maker(flow, root, start)) for root in sorted(read, key=str) if root in positions)
     summaries.append(Summary(
-        context, around, call_id, program.last_call_id, start, events, [(event.binding, event.targets) for event in events], flow.loops[loops:],
+        context, around, call_id, program.last_call_id, start, events, [event.targets for event in events],
+        {position: event.binding for position, event in enumerate(events) if event.binding is not None}, flow.loops[loops:],
         flow.writes[writes:], calls, {function for function, _ in calls}.intersection(caller_stack), walker.depth, makers,
         flow.steps - steps, flow.versions - versions, walker.returned))
     return walker.returned
