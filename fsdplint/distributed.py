@@ -24,6 +24,10 @@ RETURNS_ITS_MODULE = frozenset({
     "torch.distributed._composable.checkpoint_activation.checkpoint",
 })
 
+# torch.distributed functions that return None: `group = dist.init_process_group(...)` holds no group,
+# and `dist.get_rank(group)` is then the global rank.
+RETURNS_NONE = frozenset({"torch.distributed.init_process_group"})
+
 # FSDP1 -> FSDP2, the one table FSDP501 (migration) and FSDP502 (FSDP1 arguments handed to fully_shard) read.
 # ShardingStrategy member -> (reshard_after_forward, whether it needs a 2-D (replicate, shard) mesh).
 FSDP1_STRATEGIES = {"FULL_SHARD": (True, False), "SHARD_GRAD_OP": (False, False), "HYBRID_SHARD": (True, True), "_HYBRID_SHARD_ZERO2": (False, True)}

@@ -457,3 +457,18 @@ def test_a_gloo_group_named_through_a_variable_and_accelerates_end_training():
         tracker.end_training()
     main(args)
     """) == [6]
+
+
+def test_the_rank_in_the_default_group_is_the_global_rank():
+    """megablocks: `group = dist.init_process_group(...)` holds None, so `dist.get_rank(group)` is
+    the global rank; a group of its own gives a rank within it."""
+    for group, lines in [("group = dist.init_process_group('nccl')", [6]), ("dist.init_process_group('nccl'); group = None", [6]),
+                         ("dist.init_process_group('nccl'); group = dist.new_group([0, 1])", [])]:
+        assert fsdp302_lines(f"""
+        import torch
+        import torch.distributed as dist
+        if __name__ == "__main__":
+            {group}
+            torch.cuda.set_device(dist.get_rank(group))
+            dist.destroy_process_group()
+        """) == lines, group

@@ -29,7 +29,9 @@ _RANK_CONVERSIONS = frozenset({"int", "str"})  # builtins whose result is still 
 def rank_of_call(qname: str | None, func: cst.CSTNode, node: cst.Call, args: tuple[Value, ...]) -> Rank | None:
     """`dist.get_rank()`, `os.environ.get("LOCAL_RANK")`, `int(rank)`: the rank the call returns."""
     if qname in RANK_CALLS:
-        return Rank(SOME_RANK if node.args else RANK_CALLS[qname])  # `dist.get_rank(group)`: the rank within a group
+        # `dist.get_rank(group)`: the rank within a group; `get_rank(None)`, the default group's.
+        default_group = not node.args or len(node.args) == len(args) == 1 and args[0].constant == "None"
+        return Rank(RANK_CALLS[qname] if default_group else SOME_RANK)
     if qname in _ENVIRONMENT_READS and node.args:
         return rank_variable(node.args[0].value)
     if qname is None and type(func) is cst.Name and func.value in _RANK_CONVERSIONS and len(args) == 1:

@@ -779,6 +779,7 @@ class Walker:
             return args[0]  # `model = parallelize_module(model, ...)` is still `model`
         built_by = qname if qname is not None else receiver.built_by if type(func) is cst.Attribute and func.attr.value in _RETURNS_SELF else None
         return Value(event=event, params_of=flowing if qname is None else frozenset(), rank=rank_of_call(qname, func, node, args), built_by=built_by,
+                     constant="None" if qname in distributed.RETURNS_NONE else None,
                      rank_derived=rank_derived_of_call(qname, func, node, args), world_size=world_size_of_call(qname, func, node, args))
 
     @staticmethod
