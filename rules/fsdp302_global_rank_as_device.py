@@ -32,16 +32,18 @@ class GlobalRankAsDevice(Rule):
       `torch.xpu`'s), a variable assigned from it, a literal or left out: one process starts them all
       on its own machine;
     - where `init_process_group` meets at a place of this machine: `init_method="file://..."` (or
-      `store=FileStore(...)`), `"tcp://localhost:..."` or `"tcp://127.0.0.1:..."`. A file store on a
-      file system that several machines share is the exception this misses;
+      `store=FileStore(...)`), `"tcp://localhost:..."` or `"tcp://127.0.0.1:..."`, written there or
+      known from the program (`f"tcp://{host}:{port}"` with `host` passed `"localhost"`), or the
+      default `env://` after `os.environ["MASTER_ADDR"] = "localhost"` on every path to it. A file
+      store on a file system that several machines share is the exception this misses;
     - in a spawned function that passes its process index as `rank=` and a literal `world_size=`:
       the ranks are the spawned processes' indices;
     - in a test module (`test_*.py`, `*_test.py`, `conftest.py`): pytest runs a test, and the
       processes it spawns, on one machine.
 
-    A count from the command line (`nprocs=args.nprocs`), `init_method="env://"` or an address
-    computed at run time (`f"tcp://{master_addr}:{port}"`) says nothing of the node count: the use is
-    reported.
+    A count from the command line (`nprocs=args.nprocs`), `init_method="env://"` with a `MASTER_ADDR`
+    the launcher sets (or `os.environ.setdefault`), or an address computed at run time
+    (`f"tcp://{master_addr}:{port}"`) says nothing of the node count: the use is reported.
 
     ## Example
     ```python
