@@ -84,7 +84,7 @@ INIT_DEVICE_MESH = frozenset({"torch.distributed.device_mesh.init_device_mesh", 
 # `init_process_group` addresses only processes of one machine meet at: a file store (a file of this
 # machine's file system) and the loopback address.
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
-LOCAL_INIT_METHODS = ("file://", "tcp://localhost:", "tcp://127.0.0.1:", "tcp://[::1]:")
+LOCAL_INIT_METHODS = ("file://", *(f"tcp://[{host}]:" if ":" in host else f"tcp://{host}:" for host in LOOPBACK_HOSTS))
 # Methods of libraries' objects that destroy the default process group, by the class that builds the
 # object: accelerate's `end_training()` calls `self.state.destroy_process_group()` (accelerate >= 0.34).
 GROUP_DESTROYING_METHODS = {"accelerate.Accelerator": frozenset({"end_training"})}

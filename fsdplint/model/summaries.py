@@ -35,6 +35,15 @@ if TYPE_CHECKING:
 _CALL_PREFIX = re.compile(r"([^@:]*)@(\d+):")  # `save@12:` of a root or an arm made by an inlined call
 
 
+def _renamed(name: str, first_call_id: int, last_call_id: int, offset: int) -> str | None:
+    """`name` (a variable or an arm's prefix) with its call id moved by `offset`, when a walk that took
+    call ids `first_call_id`..`last_call_id` made it; None when it did not (the caller's)."""
+    match = _CALL_PREFIX.match(name)
+    if not match or not first_call_id <= int(match.group(2)) <= last_call_id:
+        return None
+    return f"{match.group(1)}@{int(match.group(2)) + offset}:{name[match.end():]}"
+
+
 class Unmappable(Exception):
     """The copy met something of the first caller that this call has no counterpart for."""
 
@@ -175,20 +184,17 @@ class Copier:
 
     # names
 
-    @staticmethod
-    def owns_root(name: str, first_call_id: int, last_call_id: int) -> bool:
-        """The variable was made by a walk that took these call ids."""
-        match = _CALL_PREFIX.match(name)
-        return bool(match) and first_call_id <= int(match.group(2)) <= last_call_id
+    def renamed(self, name: str) -> str:
+        """A variable or arm prefix the walk made, under this call's ids."""
+        mapped = _renamed(name, self.summary.first_call_id, self.summary.last_call_id, self.id_offset)
+        if mapped is None:
+            raise Unmappable(name)
+        return mapped
 
     def root(self, name: str) -> str:
         mapped = self.roots.get(name)
-        if mapped is not None:
-            return mapped
-        match = _CALL_PREFIX.match(name)
-        if not match or not self.summary.first_call_id <= int(match.group(2)) <= self.summary.last_call_id:
-            raise Unmappable(name)
-        self.roots[name] = mapped = f"{match.group(1)}@{int(match.group(2)) + self.id_offset}:{name[match.end():]}"
+        if mapped is None:
+            self.roots[name] = mapped = self.renamed(name)
         return mapped
 
     def ref(self, ref: Ref | None) -> Ref | None:
@@ -216,10 +222,7 @@ class Copier:
 
     def _arm(self, arm: tuple) -> tuple:
         (prefix, node), number = arm
-        match = _CALL_PREFIX.match(prefix)
-        if not match or not self.summary.first_call_id <= int(match.group(2)) <= self.summary.last_call_id:
-            raise Unmappable(prefix)
-        return (f"{match.group(1)}@{int(match.group(2)) + self.id_offset}:{prefix[match.end():]}", node), number
+        return (self.renamed(prefix), node), number
 
     def arms(self, arms: tuple) -> tuple:
         return self.rebase("arms", arms, self.summary.around.arms, self.around.arms, self.arm)
@@ -326,8 +329,7 @@ def walk_body(walker, caller_stack: tuple[int, ...], around: Surroundings, call_
     calls = frozenset((function, depth - walker.depth) for function, depth in flow.attempted[attempted:])
     positions = {root: position for position, root in enumerate(context.roots)}
     read = set(flow.consulted[consulted:])
-    own = Copier.owns_root
-    makers = None if any(root not in positions and not own(root, call_id, program.last_call_id) for root in read) else \
+    makers = None if any(root not in positions and _renamed(root, call_id, program.last_call_id, 0) is None for root in read) else \
         tuple((positions[root], maker(flow, root, start)) for root in sorted(read, key=str) if root in positions)
     summaries.append(Summary(
         context, around, call_id, program.last_call_id, start, events, [event.targets for event in events],

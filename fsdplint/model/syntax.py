@@ -73,20 +73,25 @@ def bound_names(statements) -> Iterator[str]:
                 yield from bound_names(statements_of(suite))
 
 
+def _default(function: cst.FunctionDef, name: str) -> cst.BaseExpression | None:
+    """The default of the named parameter, as written."""
+    for param in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params):
+        if param.name.value == name:
+            return param.default
+    return None
+
+
 def literal_default(function: cst.FunctionDef, name: str) -> str | None:
     """"None", "True" or "False" when the parameter's default is that literal."""
-    for param in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params):
-        if param.name.value == name and type(param.default) is cst.Name and param.default.value in CONSTANTS:
-            return param.default.value
-    return None
+    default = _default(function, name)
+    return default.value if type(default) is cst.Name and default.value in CONSTANTS else None
 
 
 def string_default(function: cst.FunctionDef, name: str) -> str | None:
     """The text of the parameter's default when it is a string literal (`host="localhost"`)."""
-    for param in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params):
-        if param.name.value == name and type(param.default) is cst.SimpleString and isinstance(param.default.evaluated_value, str):
-            return param.default.evaluated_value
-    return None
+    default = _default(function, name)
+    text = default.evaluated_value if type(default) is cst.SimpleString else None
+    return text if isinstance(text, str) else None
 
 
 def environment_variable(target: cst.CSTNode, file) -> str | None:
@@ -107,8 +112,8 @@ def returned_names(suite: cst.CSTNode, known_test: Callable[[cst.CSTNode], bool 
             for small in statement.body:
                 if type(small) is cst.Return:
                     yield small.value.value if type(small.value) is cst.Name else None
-        elif type(statement) is cst.If and known_test(statement.test) is not None:
-            arm = statement.body if known_test(statement.test) else statement.orelse
+        elif type(statement) is cst.If and (truth := known_test(statement.test)) is not None:
+            arm = statement.body if truth else statement.orelse
             if type(arm) is cst.If:
                 yield from returned_names(cst.IndentedBlock([arm]), known_test)
             elif arm is not None:

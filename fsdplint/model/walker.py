@@ -877,7 +877,7 @@ class Walker:
             returned = {name for name in returned_names(function.node.body, is_coroutine_test) if name is not None and name != holder}
             wrappers = [function.file.functions.get(f"{function.qualname}.{name}") for name in returned]
             if len(wrappers) == 1 and wrappers[0] is not None:
-                return wrappers[0], function.params[0]
+                return wrappers[0], holder
         return None
 
     def inline(self, callee: FunctionInfo, node: cst.Call, args: tuple[Value, ...], kwargs: dict[str, Value], receiver: Value, statement: cst.CSTNode, parents: tuple) -> Value:
@@ -922,10 +922,10 @@ class Walker:
         defaults_apply = not any(arg.star for arg in node.args)
         falsy = falsy_defaults(callee.node) if defaults_apply else set()
         for name in params:
-            if name not in env and literal_default(callee.node, name):
-                env[name] = Value(constant=literal_default(callee.node, name))
-            if name not in env and defaults_apply and string_default(callee.node, name) is not None:
-                env[name] = Value(text=string_default(callee.node, name))
+            if name not in env and (constant := literal_default(callee.node, name)):
+                env[name] = Value(constant=constant)
+            if name not in env and defaults_apply and (text := string_default(callee.node, name)) is not None:
+                env[name] = Value(text=text)
             if name not in env or env[name].ref is None:
                 given = env.get(name, Value())
                 env[name] = Value(ref=Ref(prefix + name), params_of=given.params_of, rank=given.rank, constant=given.constant,
