@@ -180,21 +180,17 @@ class Copier:
         self.own = {id(event): position for position, event in enumerate(summary.events)}
         self.guards: dict[int, RankGuard] = {}
         self.tuples: dict[tuple[str, int], tuple] = {}
-        self.arm_names: dict[tuple, tuple] = {}
 
     # names
 
-    def renamed(self, name: str) -> str:
-        """A variable or arm prefix the walk made, under this call's ids."""
-        mapped = _renamed(name, self.summary.first_call_id, self.summary.last_call_id, self.id_offset)
-        if mapped is None:
-            raise Unmappable(name)
-        return mapped
-
     def root(self, name: str) -> str:
+        """A variable (or an arm's prefix): the caller's counterpart, or the walk's own under this call's ids."""
         mapped = self.roots.get(name)
         if mapped is None:
-            self.roots[name] = mapped = self.renamed(name)
+            mapped = _renamed(name, self.summary.first_call_id, self.summary.last_call_id, self.id_offset)
+            if mapped is None:
+                raise Unmappable(name)
+            self.roots[name] = mapped
         return mapped
 
     def ref(self, ref: Ref | None) -> Ref | None:
@@ -215,14 +211,8 @@ class Copier:
         return mapped
 
     def arm(self, arm: tuple) -> tuple:
-        mapped = self.arm_names.get(arm)
-        if mapped is None:
-            self.arm_names[arm] = mapped = self._arm(arm)
-        return mapped
-
-    def _arm(self, arm: tuple) -> tuple:
         (prefix, node), number = arm
-        return (self.renamed(prefix), node), number
+        return (self.root(prefix), node), number  # an arm's prefix is named as the walk's variables are
 
     def arms(self, arms: tuple) -> tuple:
         return self.rebase("arms", arms, self.summary.around.arms, self.around.arms, self.arm)
