@@ -42,6 +42,8 @@ NOQA_PROBLEMS = {"FSDP003", "FSDP004"}  # reported about `# noqa` comments, so n
 # saves. Measured on 2 cores: the generated 1M-line corpus parses 157 kB in 102 files, 3.5 s in one
 # process, 2.6 s with two workers.
 POOL_MIN_BYTES = 50_000
+# The layout of the cache's file index (its plans' units: paths, parse, callees); a new layout starts a new index.
+INDEX_FORMAT = 2
 
 
 def takes_noqa(code: str) -> bool:
@@ -210,15 +212,15 @@ class Engine:
         state = digest(sorted((display, fact.hash) for display, fact in facts.items()))
         record = index.scopes.get(scope)
         if record is not None and record["digest"] == state:
-            plan = Plan([Unit(tuple(unit), parse) for unit, parse in record["units"]])
+            plan = Plan([Unit(tuple(unit), parse, tuple(callees)) for unit, parse, callees in record["units"]])
         else:
             plan = self._plan(list(facts), text_of, {display for display, fact in facts.items() if NOQA_TOKEN in fact.tokens}, paths,
                               is_entry=lambda display: not triggers.isdisjoint(facts[display].tokens) and not markers.isdisjoint(facts[display].tokens))
-            index.set_scope(scope, {"digest": state, "units": [[list(unit.paths), unit.parse] for unit in plan.units]})
+            index.set_scope(scope, {"digest": state, "units": [[list(unit.paths), unit.parse, list(unit.callees)] for unit in plan.units]})
         context = digest(code_fingerprint(), sorted(self.selected_codes), self.settings.per_file_ignores)
         modules = _ModuleNames()
         keys = {
-            unit: digest(context, unit.parse, [(display, modules(paths[display]) if unit.parse else "", facts[display].hash) for display in unit.paths])
+            unit: digest(context, unit.parse, unit.callees, [(display, modules(paths[display]) if unit.parse else "", facts[display].hash) for display in unit.paths])
             for unit in plan.units
         }
         diagnostics: list[Diagnostic] = []
@@ -243,7 +245,7 @@ class Engine:
 
     def index_key(self) -> str:
         """What the file index depends on: the tokens it records."""
-        return digest(self.watched)[:16]
+        return digest(INDEX_FORMAT, self.watched)[:16]
 
     def _facts(self, text: str, hash: str) -> FileFacts:
         return FileFacts(hash, [token for token in self.watched if token in text] + ([NOQA_TOKEN] if may_hold_our_noqa(text) else []))
@@ -320,7 +322,7 @@ class Engine:
             with _without_cyclic_gc():
                 models, diagnostics = self._parse(unit_sources, list(unit.paths))
                 if models:
-                    findings = self._run_rules(list(models.values()), diagnostics)
+                    findings = self._run_rules(list(models.values()), diagnostics, set(unit.callees))
                     diagnostics += self._to_diagnostics(findings, diagnostics)
         return self._suppress(unit_sources, diagnostics)
 
@@ -378,19 +380,21 @@ class Engine:
         where = f" (at {Path(frame.filename).name}:{frame.lineno})" if frame else ""
         return self._file_problem(path, "FSDP009", f"{what} failed on this file: {type(error).__name__}: {error}{where}")
 
-    def _run_rules(self, files: list[FileModel], diagnostics: list[Diagnostic]) -> list[Finding]:
-        """Every rule over the program. An internal error is reported (FSDP009) against the file and
-        rule it happened in, and every other file and rule is still checked."""
+    def _run_rules(self, files: list[FileModel], diagnostics: list[Diagnostic], callees: set[str]) -> list[Finding]:
+        """Every rule over the program (`callees`: the files only walked where they are called). An
+        internal error is reported (FSDP009) against the file and rule it happened in, and every other
+        file and rule is still checked."""
         from fsdplint.model import Program
 
         try:
-            programs = [Program(files)]
+            callee_files = {file for file in files if file.display in callees}
+            programs = [Program(files, callee_files)]
         except Exception:
             # The model failed on some file: model each file alone (losing only calls across files).
             programs = []
             for file in files:
                 try:
-                    programs.append(Program([file]))
+                    programs.append(Program([file], {file} & callee_files))
                 except Exception as error:
                     diagnostics.append(self._internal_error(file.display, "the semantic model", error))
         findings: list[Finding] = []

@@ -5,7 +5,8 @@ torch.distributed or FSDP (`distributed.DISTRIBUTED_MARKERS`): a function that m
 called `get_rank` does not make one. A file is parsed when it is an entry, or when the model could
 reach it from one: it calls (under any alias, through any number of files) a function whose body holds
 a trigger token (a trainer calling its parallelize function), or it defines a function that a parsed
-file calls (an optimizer built by a helper). Across files, the model resolves only calls of functions
+file calls (an optimizer built by a helper). Such a callee file is only summarized where it is
+called: its functions are no flows of their own (`Unit.callees`). Across files, the model resolves only calls of functions
 whose qualified name is their name (not methods, not nested functions), through an import
 (`from m import f`, `import m; m.f()`); `fsdplint.model.Program` also shares what a class shards on
 `self` between files of the same module name. So two parsed files belong to one group when one imports
@@ -131,6 +132,9 @@ class Unit:
 
     paths: tuple[str, ...]  # display paths, sorted
     parse: bool = True
+    # Those of `paths` parsed only because a parsed file calls a function they define: their functions
+    # are walked where they are called, never as flows of their own (analysis starts at the others).
+    callees: tuple[str, ...] = ()
 
 
 @dataclass
@@ -195,6 +199,7 @@ def make_plan(
                 defined_in.setdefault(name, []).append(path)
     wanted = {name for path in parsed for name in info(path).references}
     seen: set[str] = set()
+    starts = set(parsed)
     while wanted - seen:
         name = min(wanted - seen)
         seen.add(name)
@@ -202,10 +207,10 @@ def make_plan(
             if path not in parsed and name in info(path).exported:
                 parsed.add(path)
                 wanted |= info(path).references
-    return Plan(_group(sorted(parsed), info, module_name) + [Unit((path,), parse=False) for path in sorted(noqa_candidates - parsed)])
+    return Plan(_group(sorted(parsed), info, module_name, parsed - starts) + [Unit((path,), parse=False) for path in sorted(noqa_candidates - parsed)])
 
 
-def _group(paths: list[str], info: Callable[[str], FileText], module_name: Callable[[str], str]) -> list[Unit]:
+def _group(paths: list[str], info: Callable[[str], FileText], module_name: Callable[[str], str], callees: set[str]) -> list[Unit]:
     parent = {path: path for path in paths}
 
     def find(path: str) -> str:
@@ -233,4 +238,5 @@ def _group(paths: list[str], info: Callable[[str], FileText], module_name: Calla
     groups: dict[str, list[str]] = {}
     for path in paths:
         groups.setdefault(find(path), []).append(path)
-    return sorted((Unit(tuple(members)) for members in groups.values()), key=lambda unit: unit.paths)
+    return sorted((Unit(tuple(members), callees=tuple(path for path in members if path in callees)) for members in groups.values()),
+                  key=lambda unit: unit.paths)

@@ -64,17 +64,13 @@ class ProcessGroupNotDestroyed(Rule):
         from fsdplint.model import CALL
         from fsdplint.rulekit import calls, process_group_backend, script_flows, via
 
-        # Functions that destroy the process group, by name: a script may reach them through a call
-        # the model cannot resolve (`trainer.close()`).
-        destroyers = {flow.function.name for flow in program.flows
-                      if flow.function and any(event.qname == DESTROY for event in flow.of_kind(CALL))}
         for flow in script_flows(program):
             init = next((event for event in flow.of_kind(CALL) if event.qname == INIT), None)
             backend = process_group_backend(init) if init else None
             if init is None or (backend is not None and "nccl" not in backend):
                 continue  # a gloo group left to the interpreter exits silently
             later = flow.events[init.index + 1:]
-            if any(_destroys(flow, event, destroyers) for event in later):
+            if any(_destroys(program, flow, event) for event in later):
                 continue
             yield Finding(init.file, init.node,
                           f"the process group initialized here is never destroyed{via(init)}: it lives until the "
@@ -82,7 +78,7 @@ class ProcessGroupNotDestroyed(Rule):
                           f"can hang; call `dist.destroy_process_group()` when the script ends", related=calls(flow, init))
 
 
-def _destroys(flow, event, destroyers: set[str]) -> bool:
+def _destroys(program, flow, event) -> bool:
     from fsdplint import distributed
     from fsdplint.model import CALL, ENTER, METHOD
 
@@ -95,6 +91,8 @@ def _destroys(flow, event, destroyers: set[str]) -> bool:
         return True
     if event.kind in (CALL, ENTER) and any(event.file.qualify(arg.value) == DESTROY for arg in event.node.args):
         return True  # atexit.register(dist.destroy_process_group)
+    # A function of the run that destroys the process group, by name: a script may reach it through a
+    # call the model cannot resolve (`trainer.close()`).
     name = event.method if event.kind == METHOD else (event.qname or "").rsplit(".", 1)[-1] if event.kind == CALL else None
-    return name in destroyers
+    return name is not None and any(any(call.qname == DESTROY for call in callee.of_kind(CALL)) for callee in program.flows_named(name))
 

@@ -472,3 +472,37 @@ def test_the_rank_in_the_default_group_is_the_global_rank():
             torch.cuda.set_device(dist.get_rank(group))
             dist.destroy_process_group()
         """) == lines, group
+
+
+def test_a_method_that_destroys_the_group_in_a_file_parsed_only_as_a_callee(tmp_path):
+    """`trainer.close()` on an object the model cannot follow: a method of that name that destroys the
+    group counts, though its file (no launch token of its own) is only walked where it is called."""
+    from fsdplint.api import check_paths
+
+    (tmp_path / "trainer.py").write_text(textwrap.dedent("""
+    import torch.distributed as dist
+
+    def make_trainer():
+        return Trainer()
+
+    class Trainer:
+        def {name}(self):
+            dist.destroy_process_group()
+    """))
+    train = textwrap.dedent("""
+    import torch.distributed as dist
+    from trainer import make_trainer
+
+    def main():
+        dist.init_process_group("nccl")
+        trainer = make_trainer()
+        trainer.close()
+
+    if __name__ == "__main__":
+        main()
+    """)
+    (tmp_path / "train.py").write_text(train)
+    (tmp_path / "trainer.py").write_text((tmp_path / "trainer.py").read_text().replace("{name}", "close"))
+    assert [d.code for d in check_paths([tmp_path], select=["FSDP304"])] == []
+    (tmp_path / "trainer.py").write_text((tmp_path / "trainer.py").read_text().replace("def close", "def shutdown"))
+    assert [(d.path.endswith("train.py"), d.code) for d in check_paths([tmp_path], select=["FSDP304"])] == [(True, "FSDP304")]

@@ -52,6 +52,27 @@ def test_analysis_starts_only_from_files_that_use_torch_distributed():
     assert plan.parsed == ["train.py"]
 
 
+def test_a_file_parsed_only_for_a_function_it_defines_is_walked_where_called_not_as_a_start():
+    texts = {
+        "optim.py": "import torch\n\ndef build_optimizer(model):\n    return torch.optim.AdamW(model.parameters())\n\ndef unused(model):\n    model.forward(1)\n",
+        "train.py": "from torch.distributed.fsdp import fully_shard\nfrom optim import build_optimizer\n\ndef main(model):\n"
+                    "    optimizer = build_optimizer(model)\n    fully_shard(model)\n",
+    }
+    plan = make_plan(sorted(texts), texts.__getitem__, ("fully_shard",), set(), lambda path: path[:-3])
+    (unit,) = plan.units
+    assert unit.paths == ("optim.py", "train.py") and unit.callees == ("optim.py",)
+    files = {name: model.build_file_model(SourceFile(Path(name), name, text, "utf-8", False), cst.parse_module(text)) for name, text in texts.items()}
+    program = model.Program(list(files.values()), {files["optim.py"]})
+    assert {flow.file.display for flow in program.flows} == {"train.py"}
+    # walked where `main` calls it ...
+    assert [event.function.name for event in events(flow_of(program, "main"), model.OPTIMIZER)] == ["build_optimizer"]
+    # ... and a flow of its own only when asked for one, once
+    unused = program.flow_of(files["optim.py"].functions["unused"])
+    assert [event.method for event in events(unused, model.METHOD)] == ["forward"]
+    assert program.flow_of(files["optim.py"].functions["unused"]) is unused
+    assert program.flows_named("unused") == [unused]
+
+
 def events(flow: model.Flow, kind: str) -> list[model.Event]:
     return list(flow.of_kind(kind))
 

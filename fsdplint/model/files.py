@@ -25,7 +25,7 @@ class FunctionInfo:
     called: bool = False  # some flow in this run calls it (and so inlines it)
 
 
-@dataclass
+@dataclass(eq=False)  # one object per file, compared and hashed by identity
 class FileModel:
     source: SourceFile
     module: cst.Module

@@ -20,8 +20,11 @@ from fsdplint.model.walker import PROGRAM_BUDGET, BudgetExhausted, Walker
 class Program:
     """Every parsed file of the run and the flows built from them."""
 
-    def __init__(self, files: list[FileModel]) -> None:
+    def __init__(self, files: list[FileModel], callees: set[FileModel] | frozenset[FileModel] = frozenset()) -> None:
         self.files = files
+        # Files parsed only for the functions the others call: walked where called, and a flow of their
+        # own only when a rule asks for one (`flow_of`, `flows_named`). Analysis starts at the others.
+        self.callees = callees
         self.last_call_id = 0  # each inlined call's own id, for the names of its variables (`save@12:state`)
         self.summaries: dict[tuple, list[Summary]] = {}  # by calling context (summaries.Context.key)
         self.functions_by_name: dict[str, list[FunctionInfo]] = {}
@@ -32,7 +35,8 @@ class Program:
                 self.functions_by_name.setdefault(function.name, []).append(function)
         # Functions before module bodies: when two flows report one node, the first (and shortest
         # "via" chain) is kept.
-        owners = [(file, function) for file in files for function in file.functions.values()] + [(file, None) for file in files]
+        starts = [file for file in files if file not in callees]
+        owners = [(file, function) for file in starts for function in file.functions.values()] + [(file, None) for file in starts]
         # The run's budget goes first to the files that import FSDP, whose flows rules report on most.
         self.steps_left = PROGRAM_BUDGET
         built = {id(owner): self._build_flow(*owner) for owner in sorted(owners, key=lambda owner: not owner[0].imports_fsdp)}
@@ -67,9 +71,16 @@ class Program:
         flow.done_walking()
         return flow
 
-    def flow_of(self, function: FunctionInfo) -> Flow | None:
-        """The flow of `function`'s own body."""
-        return self._flows_by_function.get(id(function.node))
+    def flow_of(self, function: FunctionInfo) -> Flow:
+        """The flow of `function`'s own body (of a callee file's function, built when first asked)."""
+        flow = self._flows_by_function.get(id(function.node))
+        if flow is None:
+            flow = self._flows_by_function[id(function.node)] = self._build_flow(function.file, function)
+        return flow
+
+    def flows_named(self, name: str) -> list[Flow]:
+        """The flows of the run's functions called `name` (methods included), as `flow_of` gives them."""
+        return [self.flow_of(function) for function in self.functions_by_name.get(name, ())]
 
     @property
     def exhausted_flows(self) -> list[Flow]:
