@@ -38,6 +38,9 @@ HELP_FORMATS = click.Choice([format.value for format in HelpFormat])
 GROUP_OPTIONS = ("--help", "-h", "--version", "-V")
 
 
+SIGPIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away
+
+
 class _DefaultToCheck(click.Group):
     """`fsdplint PATH` means `fsdplint check PATH`, as with ruff."""
 
@@ -54,6 +57,11 @@ class _DefaultToCheck(click.Group):
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
+        except BrokenPipeError:
+            # The reader closed the pipe (`fsdplint . | head`): stop quietly, as a process that SIGPIPE
+            # ends does. Standard output goes to /dev/null so that the interpreter's last flush cannot fail too.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(SIGPIPE_EXIT)
         except Exception as error:
             click.echo(f"fsdplint: error: internal error: {type(error).__name__}: {error} (please report it)", err=True)
             sys.exit(2)

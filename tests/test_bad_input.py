@@ -406,3 +406,18 @@ def test_fix_over_a_hostile_tree_changes_only_what_it_fixes(tmp_path):
     for name, data in hostile.items():
         assert (tmp_path / name).read_bytes() == data, name
     assert (tmp_path / "bad.py").read_text() == FIXED
+
+
+def test_a_reader_that_closes_the_pipe_early_ends_the_run_quietly(tmp_path):
+    """`fsdplint . | head -1`: no traceback and no internal error on stderr, and the exit a shell gives a
+    writer whose reader went away."""
+    for number in range(300):
+        (tmp_path / f"train{number}.py").write_text("import torch\nfrom torch.distributed.fsdp import fully_shard\n"
+                                                    "model = torch.nn.Sequential(torch.nn.Linear(2, 2))\nfully_shard(model)\nmodel.forward(1)\n")
+    process = subprocess.Popen([sys.executable, "-m", "fsdplint", "check", "--no-cache", str(tmp_path)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.readline()
+    process.stdout.close()  # as `head -1` does, long before the report ends
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 141
+    assert stderr == ""
