@@ -48,6 +48,20 @@ def test_every_device_position_is_checked(use):
     """) == [(6, "FSDP302")]
 
 
+def test_the_rank_given_to_a_class_of_the_run_is_not_known_to_be_a_device():
+    """Wan2.1's `PromptExpander(device=rank)`: its constructor only stores it (and it is used on rank 0
+    only); fsdplint does not follow constructors, so it stays silent. A library's class is a device use."""
+    source = """
+    import torch
+    import torch.distributed as dist
+    {header}
+    rank = dist.get_rank()
+    expander = PromptExpander(device=rank)
+    """
+    assert codes(source.format(header="class PromptExpander:\n        def __init__(self, device=0):\n            self.device = device")) == []
+    assert codes(source.format(header="from expanders import PromptExpander")) == [(6, "FSDP302")]
+
+
 def test_local_ranks_and_ranks_from_callers_are_not_reported():
     assert codes("""
     import os

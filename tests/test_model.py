@@ -486,6 +486,39 @@ def test_each_function_of_a_dispatch_table_is_a_path_of_its_own():
     assert codes(source.format(device="pass"), select=["FSDP301"]) == [(13, "FSDP301")]
 
 
+def test_a_function_that_dispatches_through_the_modules_table():
+    """AReaL's torchrun scripts: `main` starts NCCL, then calls `REGISTRY[args.test]()`, each function
+    of which chooses its device (a false FSDP301 error before the table was read from the module)."""
+    source = """
+    import os
+    import torch
+    import torch.distributed as dist
+
+    def run_a():
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.barrier()
+
+    def run_b():
+        {device}
+        dist.barrier()
+
+    REGISTRY = {{"a": run_a, "b": run_b}}
+
+    def main():
+        dist.init_process_group(backend="nccl")
+        try:
+            REGISTRY[os.environ["TEST"]]()
+        finally:
+            dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        main()
+    """
+    assert codes(source.format(device='torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))'), select=["FSDP301"]) == []
+    # A table the module binds twice is not known: nothing is seen to choose the device.
+    assert codes(source.format(device="pass").replace("\n    def main", "\n    REGISTRY = {}\n    def main"), select=["FSDP301"]) == [(18, "FSDP301")]
+
+
 def test_a_rank_test_through_an_object_is_a_guard():
     assert codes("""
     import torch

@@ -208,6 +208,52 @@ def test_a_dispatch_table_calls_one_of_its_functions():
     assert not inits[0].exclusive(inits[2])
 
 
+def test_or_after_a_name_known_to_be_none_is_the_other_operand():
+    """xtuner's `target = module or self`, `module` left at its default None: `self` is sharded."""
+    flow = flow_of(program_of("""
+    from torch.distributed.fsdp import fully_shard
+    def shard(model, module=None):
+        target = module or model
+        fully_shard(target)
+    def main(model):
+        shard(model)
+        shard(model, module=model.layers[0])
+        shard(model, module=other)
+    """), "main")
+    whole, *others = (event.target for event in events(flow, model.SHARD))
+    assert whole.root == "model" and not whole.path
+    # `model.layers[0] or model`, `other or model`: one of the two, not known to be the model
+    assert all(target.root != "model" for target in others)
+
+
+def test_a_dispatch_table_at_the_top_level_read_by_a_function():
+    """AReaL's `TEST_REGISTRY[args.test]()` in `main`: the table is the module's, bound once."""
+    source = """
+    import torch.distributed as dist
+    def run_a():
+        dist.init_process_group("nccl")
+    def run_b():
+        dist.init_process_group("gloo")
+    MODES = {{"a": run_a, "b": run_b}}
+    {again}
+    def main(mode):
+        {local}
+        MODES[mode]()
+    """
+
+    def inits(**parts) -> list[model.Event]:
+        flow = flow_of(program_of(source.format(**{"again": "", "local": "", **parts})), "main")
+        return [event for event in events(flow, model.CALL) if event.qname == "torch.distributed.init_process_group"]
+
+    first, second = inits()
+    assert first.exclusive(second) and [event.chain for event in (first, second)] == [("main", "run_a"), ("main", "run_b")]
+    # Near misses: the module binds it twice, the function binds it, a value is no function of the run.
+    assert inits(again='MODES = {"c": run_a}') == []
+    assert inits(local='MODES = {}') == []
+    unknown = flow_of(program_of(source.format(again="", local="").replace('"b": run_b', '"b": print')), "main")
+    assert [event.kind for event in unknown.events] == [model.CALL_VALUE]
+
+
 def test_a_decorator_runs_its_wrappers_finally_after_the_function():
     flow = flow_of(program_of("""
     import functools

@@ -36,6 +36,8 @@ class FileModel:
     # `self.X = Y(...)` in any class: the last name of each Y assigned to attribute X
     attribute_types: dict[str, set[str]] = field(default_factory=dict)
     classes: dict[str, cst.ClassDef] = field(default_factory=dict)  # by qualname (`Model`, `Outer.Inner`)
+    # `NAME = {...}` at the top level: dict literals a function may read as a global (a dispatch table)
+    module_dicts: dict[str, cst.Dict] = field(default_factory=dict)
     _positions: object = None
     _qualified: dict[int, tuple[cst.CSTNode, str | None]] = field(default_factory=dict)
 
@@ -177,6 +179,8 @@ class _FileIndexer:
         )
 
     def assign(self, node: cst.Assign) -> None:
+        if not self.scopes and type(node.value) is cst.Dict and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name:
+            self.model.module_dicts[node.targets[0].target.value] = node.value
         if type(node.value) is cst.Call:
             callee = (dotted_name(node.value.func) or "?").rsplit(".", 1)[-1]
             for target in node.targets:

@@ -406,6 +406,18 @@ class Walker:
         value = self.env.get(node.value)
         return value.constant if value is not None else None
 
+    def module_table(self, name: str) -> tuple[FunctionInfo, ...]:
+        """The functions of a dispatch table a function reads as a global (`REGISTRY[args.test]()`,
+        `REGISTRY = {"a": run_a, ...}` at the top level): the module binds the name once and the function
+        not at all, and every value of the dict literal is a function of the run. Else none."""
+        program = self.flow.program
+        if self.function is None or name in self.function.params or program.bound_counts(self.file, self.function)[name] \
+                or program.bound_counts(self.file, None)[name] != 1:
+            return ()
+        elements = self.file.module_dicts[name].elements
+        functions = tuple(program.resolve_callable(self.file, None, element.value) for element in elements if type(element) is cst.DictElement)
+        return functions if len(functions) == len(elements) and all(functions) else ()
+
     def assigned_once(self, name: str) -> bool:
         """Whether the function (or module) body binds `name` in one statement only."""
         return self.flow.program.bound_counts(self.file, self.function)[name] == 1
@@ -573,6 +585,10 @@ class Walker:
                 self.expr(node.value, statement, parents)
             # An unassigned name or attribute says by its name whether it is a rank (`self.global_rank`).
             name = node.value if type(node) is cst.Name else node.attr.value
+            if type(node) is cst.Name and name in self.file.module_dicts:
+                table = self.module_table(name)
+                if table:
+                    return Value(table=table)
             if type(node) is cst.Name and (name in self.file.functions or name in self.file.imports):
                 function = self.flow.program.resolve_callable(self.file, self.function, node)
                 if function is not None:
@@ -606,6 +622,8 @@ class Walker:
         if type(node) is cst.BooleanOperation:
             left, right = self.expr(node.left, statement, parents), self.expr(node.right, statement, parents)
             operator = "and" if type(node.operator) is cst.And else "or"
+            if operator == "or" and left.constant in ("None", "False"):
+                return right  # `target = module or self` where `module` was left None: `self`
             # `model.backbone or model.model`: one of the two modules.
             either = _either([left.ref, right.ref]) if operator == "or" else None
             return Value(ref=either, params_of=left.params_of | right.params_of, rank_test=RankTest.combine(operator, left.rank_test, right.rank_test))
