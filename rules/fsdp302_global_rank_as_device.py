@@ -41,8 +41,9 @@ class GlobalRankAsDevice(Rule):
     - in a test module (`test_*.py`, `*_test.py`, `conftest.py`): pytest runs a test, and the
       processes it spawns, on one machine.
 
-    Nor is `device=rank` given to a class of the checked code (`PromptExpander(device=rank)`):
-    fsdplint does not follow its constructor, so where the value goes is not known.
+    Nor is `device=rank` given to a call that is not torch's (`PromptExpander(device=rank)`, a class
+    of the checked code or of another library): fsdplint does not follow it, so where the value goes
+    is not known.
 
     A count from the command line (`nprocs=args.nprocs`), `init_method="env://"` with a `MASTER_ADDR`
     the launcher sets (or `os.environ.setdefault`), or an address computed at run time
@@ -83,6 +84,7 @@ class GlobalRankAsDevice(Rule):
     trigger_tokens = ('"RANK"', "'RANK'", "get_rank", "SLURM_PROCID", "PMI_RANK", "OMPI_COMM_WORLD_RANK")
 
     def check(self, program) -> Iterable[Finding]:
+        from fsdplint import distributed
         from fsdplint.model import CALL, CALL_VALUE, GLOBAL_RANK, METHOD, WRAP
         from fsdplint.rulekit import calls, code, device_arguments, via
 
@@ -90,10 +92,12 @@ class GlobalRankAsDevice(Rule):
         for flow in program.flows:
             reported_names: set[str] = set()
             for event in flow.of_kind(CALL, METHOD, CALL_VALUE, WRAP):
-                if event.kind == CALL_VALUE and program.class_of(event.file, event.node.func) is not None:
-                    continue  # a class of the run, whose constructor the model does not follow: where its `device=` goes is not known
+                # `device=` of a call that is not torch's (a class of the checked code, whose constructor
+                # the model does not follow, or another library's): where the value goes is not known.
+                known_callee = event.kind in (METHOD, WRAP) or distributed.is_torch_name(event.qname or "")
+                keywords = () if known_callee else {id(arg.value) for arg in event.node.args if arg.keyword is not None}
                 for node, value in device_arguments(event):
-                    if value.rank is None or value.rank.scope != GLOBAL_RANK or flow.file.is_test or one_node.shown(flow, event):
+                    if id(node) in keywords or value.rank is None or value.rank.scope != GLOBAL_RANK or flow.file.is_test or one_node.shown(flow, event):
                         continue
                     if value.rank.formatted and value.ref is not None:
                         # A device string held in a variable: one finding, at its first use.

@@ -48,18 +48,21 @@ def test_every_device_position_is_checked(use):
     """) == [(6, "FSDP302")]
 
 
-def test_the_rank_given_to_a_class_of_the_run_is_not_known_to_be_a_device():
-    """Wan2.1's `PromptExpander(device=rank)`: its constructor only stores it (and it is used on rank 0
-    only); fsdplint does not follow constructors, so it stays silent. A library's class is a device use."""
+def test_the_rank_given_as_device_to_a_call_that_is_not_torchs_is_not_known_to_be_a_device():
+    """Wan2.1's `QwenPromptExpander(..., device=rank)`: its constructor only stores it, and it is used
+    on rank 0 only. fsdplint follows no constructor and no other library's code, so it stays silent;
+    torch's own `device=` is a device."""
     source = """
     import torch
     import torch.distributed as dist
     {header}
     rank = dist.get_rank()
-    expander = PromptExpander(device=rank)
+    {use}
     """
-    assert codes(source.format(header="class PromptExpander:\n        def __init__(self, device=0):\n            self.device = device")) == []
-    assert codes(source.format(header="from expanders import PromptExpander")) == [(6, "FSDP302")]
+    local_class = "class PromptExpander:\n        def __init__(self, device=0):\n            self.device = device"
+    assert codes(source.format(header=local_class, use="PromptExpander(device=rank)")) == []
+    assert codes(source.format(header="from wan.utils.prompt_extend import QwenPromptExpander", use="QwenPromptExpander(device=rank)")) == []
+    assert codes(source.format(header="", use="torch.zeros(2, device=rank)")) == [(6, "FSDP302")]
 
 
 def test_local_ranks_and_ranks_from_callers_are_not_reported():
