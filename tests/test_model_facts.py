@@ -707,3 +707,11 @@ def test_a_callee_is_walked_once_per_calling_context_and_copied_into_the_other_c
     assert shards[0].arms and not shards[2].arms and shards[0].chain == ("second", "shard")
     made = [event.binding.root for event in events(second, model.CALL_VALUE) if event.binding is not None]
     assert len(set(made)) == 3 and all(root.startswith("shard@") and root.endswith(":made") for root in made)
+
+
+def test_a_string_literal_is_the_string_python_reads():
+    from fsdplint.model.syntax import string_value
+
+    for literal in ['"nccl"', "'gloo'", '"""a\nb"""', 'r"\\d+"', 'u"x"', '"tab\\there"', "b'bytes'", 'rb"\\x00"', "'it\\'s'", 'R"C:\\path"', '""']:
+        node = cst.parse_expression(literal)
+        assert string_value(node) == node.evaluated_value, literal

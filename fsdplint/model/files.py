@@ -9,7 +9,7 @@ import libcst as cst
 from libcst.metadata import CodeRange, PositionProvider
 
 from fsdplint.model.names import FSDP1_WRAPPER, FULLY_SHARD, canonical, dotted_name
-from fsdplint.model.syntax import statements_of, suites_of
+from fsdplint.model.syntax import statements_of, string_value, suites_of
 from fsdplint.plan import module_name_for
 from fsdplint.source import SourceFile
 
@@ -66,7 +66,7 @@ class FileModel:
             if type(test) is cst.Comparison and len(test.comparisons) == 1 and type(test.comparisons[0].operator) is cst.Equal:
                 sides = (test.left, test.comparisons[0].comparator)
                 if {type(side) for side in sides} == {cst.Name, cst.SimpleString} and \
-                        {side.value if type(side) is cst.Name else side.evaluated_value for side in sides} == {"__name__", "__main__"}:
+                        {side.value if type(side) is cst.Name else string_value(side) for side in sides} == {"__name__", "__main__"}:
                     return True
         return False
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from fsdplint import distributed
+from fsdplint.model.syntax import string_value
 from fsdplint.model.values import (
     GLOBAL_RANK,
     LOCAL_RANK,
@@ -77,14 +78,14 @@ def world_size_of_call(qname: str | None, func: cst.CSTNode, node: cst.Call, arg
 
 
 def is_world_size_variable(node: cst.CSTNode) -> bool:
-    return type(node) is cst.SimpleString and node.evaluated_value in distributed.WORLD_SIZE_VARIABLES
+    return type(node) is cst.SimpleString and string_value(node) in distributed.WORLD_SIZE_VARIABLES
 
 
 def rank_variable(node: cst.CSTNode) -> Rank | None:
     """The rank an environment variable named by `node` holds (`"LOCAL_RANK"`, `"NODE_RANK"`), if it is one."""
     if not type(node) is cst.SimpleString:
         return None
-    name = str(node.evaluated_value)
+    name = str(string_value(node))
     if name in _RANK_VARIABLES:
         return Rank(_RANK_VARIABLES[name], variable=name)
     return Rank(SOME_RANK, variable=name) if distributed.is_rank_env_var(name) else None

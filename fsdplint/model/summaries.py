@@ -75,50 +75,60 @@ def context_of(flow: Flow, own_prefix: str, env: dict[str, Value], function_id: 
     """The calling context of a walk of the function `function_id` from bindings `env`, whose own
     variables start with `own_prefix`. How deep the call is and what built the caller's variables
     are not in it: `Summary.fits` asks them of the walks that depend on them."""
-    context = Context(())
-    roots: dict[str, int] = {}
-    events: dict[int, int] = {}
-    values: dict[int, int] = {}
+    shaper = _Shaper(flow, own_prefix)
+    shape = tuple((name, shaper.value(env[name])) for name in sorted(env))
+    shaper.context.key = (function_id, patched, shape)
+    return shaper.context
 
-    def root(name: str) -> object:
-        if name.startswith(own_prefix):
-            return name[len(own_prefix):]
-        if name not in roots:
-            roots[name] = len(roots)
-            context.roots.append(name)
-        return roots[name]
 
-    def ref(target: Ref | None) -> object:
-        return None if target is None else (root(target.root), target.path, target in flow.optimizer_bindings)
+class _Shaper:
+    """What a calling context keeps of the caller's values: their shapes, with the caller's variables,
+    events and values numbered by first use. (Methods, not closures that call each other: those are
+    garbage in a cycle after every call, and the collector is off while a program is analyzed.)"""
 
-    def event(made: Event | None) -> object:
+    def __init__(self, flow: Flow, own_prefix: str) -> None:
+        self.flow = flow
+        self.own_prefix = own_prefix
+        self.context = Context(())
+        self.roots: dict[str, int] = {}
+        self.events: dict[int, int] = {}
+        self.values: dict[int, int] = {}
+
+    def root(self, name: str) -> object:
+        if name.startswith(self.own_prefix):
+            return name[len(self.own_prefix):]
+        if name not in self.roots:
+            self.roots[name] = len(self.roots)
+            self.context.roots.append(name)
+        return self.roots[name]
+
+    def ref(self, target: Ref | None) -> object:
+        return None if target is None else (self.root(target.root), target.path, target in self.flow.optimizer_bindings)
+
+    def event(self, made: Event | None) -> object:
         if made is None:
             return None
-        if id(made) not in events:
-            events[id(made)] = len(events)
-            context.events.append(made)
-            return (events[id(made)], made.kind, made.qname, made.method, made.binding is None, bool(made.targets),
+        if id(made) not in self.events:
+            self.events[id(made)] = len(self.events)
+            self.context.events.append(made)
+            return (self.events[id(made)], made.kind, made.qname, made.method, made.binding is None, bool(made.targets),
                     type(made.node).__name__, dotted_name(getattr(made.node, "func", None)))
-        return events[id(made)]
+        return self.events[id(made)]
 
-    def value(given: Value | None) -> object:
+    def value(self, given: Value | None) -> object:
         if given is None:
             return None
-        if id(given) in values:
-            return values[id(given)]
-        values[id(given)] = len(values)
-        context.values.append(given)
-        element = given.element
-        return (values[id(given)], ref(given.ref), tuple(sorted((ref(owner) for owner in given.params_of), key=repr)), ref(given.iterates),
-                given.iterates_self, event(given.event), _each(value, given.elements), _each(value, given.visits),
+        if id(given) in self.values:
+            return self.values[id(given)]
+        self.values[id(given)] = len(self.values)
+        self.context.values.append(given)
+        element, ref = given.element, self.ref
+        return (self.values[id(given)], ref(given.ref), tuple(sorted((ref(owner) for owner in given.params_of), key=repr)), ref(given.iterates),
+                given.iterates_self, self.event(given.event), _each(self.value, given.elements), _each(self.value, given.visits),
                 tuple(id(function.node) for function in given.callees), tuple(id(function.node) for function in given.table), given.rank,
                 given.constant, given.literal, given.rank_test, given.always_false,
                 (ref(element.container), element.index, element.arms) if element else None, ref(given.each_of), given.built_by,
                 given.rank_derived, given.world_size, given.text)
-
-    shape = tuple((name, value(env[name])) for name in sorted(env))
-    context.key = (function_id, patched, shape)
-    return context
 
 
 def maker(flow: Flow, root: str, before: int) -> tuple:

@@ -40,35 +40,47 @@ def suites_of(statement: cst.CSTNode) -> Iterator[cst.CSTNode]:
             yield case.body
 
 
+def string_value(node: cst.SimpleString) -> str | bytes:
+    """The string a literal spells: its text between the quotes where no escape or prefix changes it,
+    else LibCST's `evaluated_value`. (That one calls `ast.literal_eval`, whose nested functions are
+    garbage in a cycle after every call: tens of thousands of them in a run with the collector off.)"""
+    prefix = node.prefix
+    if prefix in ("r", "R") or prefix in ("", "u", "U") and "\\" not in node.value:
+        return node.raw_value
+    return node.evaluated_value
+
+
+def _targets(node: cst.CSTNode) -> Iterator[str]:
+    """The names an assignment target binds (`a`, `a, (b, *c)`)."""
+    if type(node) is cst.Name:
+        yield node.value
+    elif type(node) in (cst.Tuple, cst.List):
+        for element in node.elements:
+            yield from _targets(element.value)
+    elif type(node) is cst.StarredElement:
+        yield from _targets(node.value)
+
+
 def bound_names(statements) -> Iterator[str]:
     """Every name the statements bind (assignments, loop targets, `with ... as`), nested blocks
     included, nested functions and classes not."""
-    def targets(node: cst.CSTNode) -> Iterator[str]:
-        if type(node) is cst.Name:
-            yield node.value
-        elif type(node) in (cst.Tuple, cst.List):
-            for element in node.elements:
-                yield from targets(element.value)
-        elif type(node) is cst.StarredElement:
-            yield from targets(node.value)
-
     for statement in statements:
         if type(statement) is cst.SimpleStatementLine:
             for small in statement.body:
                 if type(small) is cst.Assign:
                     for target in small.targets:
-                        yield from targets(target.target)
+                        yield from _targets(target.target)
                 elif type(small) in (cst.AnnAssign, cst.AugAssign):
-                    yield from targets(small.target)
+                    yield from _targets(small.target)
         elif type(statement) in (cst.FunctionDef, cst.ClassDef):
             continue
         else:
             if type(statement) is cst.For:
-                yield from targets(statement.target)
+                yield from _targets(statement.target)
             if type(statement) is cst.With:
                 for item in statement.items:
                     if item.asname:
-                        yield from targets(item.asname.name)
+                        yield from _targets(item.asname.name)
             for suite in suites_of(statement):
                 yield from bound_names(statements_of(suite))
 
@@ -90,7 +102,7 @@ def literal_default(function: cst.FunctionDef, name: str) -> str | None:
 def string_default(function: cst.FunctionDef, name: str) -> str | None:
     """The text of the parameter's default when it is a string literal (`host="localhost"`)."""
     default = _default(function, name)
-    text = default.evaluated_value if type(default) is cst.SimpleString else None
+    text = string_value(default) if type(default) is cst.SimpleString else None
     return text if isinstance(text, str) else None
 
 
@@ -99,7 +111,7 @@ def environment_variable(target: cst.CSTNode, file) -> str | None:
     if type(target) is not cst.Subscript or len(target.slice) != 1 or file.qualify(target.value) != "os.environ":
         return None
     index = target.slice[0].slice
-    name = index.value.evaluated_value if type(index) is cst.Index and type(index.value) is cst.SimpleString else None
+    name = string_value(index.value) if type(index) is cst.Index and type(index.value) is cst.SimpleString else None
     return name if isinstance(name, str) else None
 
 
@@ -141,7 +153,7 @@ def patched_names(function: cst.FunctionDef, file) -> Iterator[str]:
             continue
         target = call.args[1].value if (file.qualify(call.func) or "").endswith(".object") and len(call.args) > 1 else call.args[0].value
         if type(target) is cst.SimpleString:
-            yield str(target.evaluated_value).rsplit(".", 1)[-1]
+            yield str(string_value(target)).rsplit(".", 1)[-1]
         elif type(target) is cst.FormattedString and target.parts and type(target.parts[-1]) is cst.FormattedStringText:
             yield target.parts[-1].value.rsplit(".", 1)[-1]
 

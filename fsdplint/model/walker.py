@@ -64,6 +64,7 @@ from fsdplint.model.syntax import (
     returned_names,
     statements_of,
     string_default,
+    string_value,
     subexpressions,
 )
 from fsdplint.model.values import (
@@ -575,7 +576,7 @@ class Walker:
         if type(node) is cst.Name and node.value in CONSTANTS:
             return Value(constant=node.value)
         if type(node) is cst.SimpleString:
-            text = node.evaluated_value
+            text = string_value(node)
             return Value(text=text if isinstance(text, str) else None)
         if type(node) in (cst.Name, cst.Attribute):
             key = dotted_name(node)
@@ -811,7 +812,7 @@ class Walker:
 
     @staticmethod
     def is_meta_literal(node: cst.CSTNode) -> bool:
-        return type(node) is cst.SimpleString and node.evaluated_value == "meta"
+        return type(node) is cst.SimpleString and string_value(node) == "meta"
 
     def builds_on_meta(self, node: cst.Call) -> bool:
         """`Model(..., device="meta")` or `device=torch.device("meta")`."""
