@@ -190,6 +190,7 @@ class Copier:
         self.own = {id(event): position for position, event in enumerate(summary.events)}
         self.guards: dict[int, RankGuard] = {}
         self.tuples: dict[tuple[str, int], tuple] = {}
+        self.arm_entries: dict[int, tuple] = {}
 
     # names
 
@@ -207,7 +208,7 @@ class Copier:
         return None if ref is None else Ref(self.root(ref.root), ref.path)
 
     def refs(self, refs):
-        return type(refs)(self.ref(ref) for ref in refs)
+        return type(refs)(self.ref(ref) for ref in refs) if refs else refs
 
     def rebase(self, field: str, items: tuple, old_base: tuple, new_base: tuple, each) -> tuple:
         """A tuple of the walk, which starts with the first caller's part (`old_base`): this caller's
@@ -221,8 +222,12 @@ class Copier:
         return mapped
 
     def arm(self, arm: tuple) -> tuple:
-        (prefix, node), number = arm
-        return (self.root(prefix), node), number  # an arm's prefix is named as the walk's variables are
+        # An arm's prefix is named as the walk's variables are; each arm mapped once (many tuples hold it).
+        mapped = self.arm_entries.get(id(arm))
+        if mapped is None:
+            (prefix, node), number = arm
+            mapped = self.arm_entries[id(arm)] = (self.root(prefix), node), number
+        return mapped
 
     def arms(self, arms: tuple) -> tuple:
         return self.rebase("arms", arms, self.summary.around.arms, self.around.arms, self.arm)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 if TYPE_CHECKING:
     from fsdplint.model.events import Event
@@ -96,12 +96,23 @@ class Element:
     arms: Arms = ()  # for a loop variable, the arms the loop runs in (Event.arms of code not under a test in its body)
 
 
+NO_REFS: frozenset[Ref] = frozenset()  # the one empty set of refs: each empty frozenset is 216 bytes of its own
+
+
+def refs_of(values: Iterable[Value]) -> frozenset[Ref]:
+    """The refs whose parameters flow into any of `values` (their `params_of` together); NO_REFS, shared, when none."""
+    found = [value.params_of for value in values if value.params_of]
+    if not found:
+        return NO_REFS
+    return found[0] if len(found) == 1 else found[0].union(*found[1:])
+
+
 @dataclass(slots=True)  # one for each expression evaluated: no per-instance dict
 class Value:
     """What an expression evaluates to, as far as the model cares."""
 
     ref: Ref | None = None
-    params_of: frozenset[Ref] = frozenset()  # parameters of these modules flow into the value
+    params_of: frozenset[Ref] = NO_REFS  # parameters of these modules flow into the value
     iterates: Ref | None = None  # iterating the value yields sub-modules of this ref
     iterates_self: bool = False  # ... and the module `iterates` itself first (`model.modules()`)
     event: Event | None = None  # the event that produced the value

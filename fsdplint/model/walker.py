@@ -69,6 +69,7 @@ from fsdplint.model.syntax import (
 )
 from fsdplint.model.values import (
     ANY_ELEMENT,
+    NO_REFS,
     RANK_NUMBER,
     RANK_PART,
     SELF_OR_BELOW,
@@ -80,6 +81,7 @@ from fsdplint.model.values import (
     RankTest,
     Ref,
     Value,
+    refs_of,
 )
 
 if TYPE_CHECKING:
@@ -627,13 +629,13 @@ class Walker:
                 return right  # `target = module or self` where `module` was left None: `self`
             # `model.backbone or model.model`: one of the two modules.
             either = _either([left.ref, right.ref]) if operator == "or" else None
-            return Value(ref=either, params_of=left.params_of | right.params_of, rank_test=RankTest.combine(operator, left.rank_test, right.rank_test))
+            return Value(ref=either, params_of=refs_of((left, right)), rank_test=RankTest.combine(operator, left.rank_test, right.rank_test))
         if type(node) is cst.UnaryOperation and type(node.operator) is cst.Not:
             operand = self.expr(node.expression, statement, parents)
             return Value(rank_test=operand.rank_test.negated() if operand.rank_test else None)
         if type(node) in (cst.Tuple, cst.List):
             elements = tuple(self.expr(element.value, statement, parents) for element in node.elements)
-            params = frozenset().union(*(element.params_of for element in elements))
+            params = refs_of(elements)
             visits = tuple(self.element_of(value) if type(element) is cst.StarredElement else value
                            for element, value in zip(node.elements, elements))
             return Value(params_of=params, elements=elements, iterates=_common_ref([e.ref for e in elements]), visits=visits)
@@ -645,7 +647,7 @@ class Walker:
             return Value(rank=replace(ranks.pop(), formatted=True) if len(ranks) == 1 else None, text=text)
         # Anything else: evaluate the parts and pass parameter flows through (dicts, operators, f-strings).
         parts = [self.expr(part, statement, parents) for part in subexpressions(node)]
-        params = frozenset().union(*(part.params_of for part in parts))
+        params = refs_of(parts)
         if type(node) is cst.ConcatenatedString or type(node) is cst.BinaryOperation and type(node.operator) is cst.Add and any(part.text for part in parts):
             return Value(params_of=params, text="".join(UNKNOWN_PART if part.text is None else part.text for part in parts))  # `"tcp://" + host`
         if type(node) is cst.BinaryOperation and any(is_rank_number(part) for part in parts):
@@ -666,7 +668,7 @@ class Walker:
         is in a group, whose ranks then work together, as Megatron's pipeline stages do: no rank
         test either."""
         values = [self.expr(part, statement, parents) for part in subexpressions(node)]
-        params = frozenset().union(*(value.params_of for value in values))
+        params = refs_of(values)
         compares_rank = any(value.rank is not None for value in values)
         same_everywhere = any(type(target.operator) in (cst.Is, cst.IsNot)
                               or type(target.operator) in (cst.Equal, cst.NotEqual) and is_minus_one(target.comparator)
@@ -706,7 +708,7 @@ class Walker:
             clause = clause.inner_for_in
         parts = (node.key, node.value) if type(node) is cst.DictComp else (node.elt,)
         values = [self.expr(part, statement, parents) for part in parts]
-        params = frozenset().union(*(value.params_of for value in values))
+        params = refs_of(values)
         # `[m for m in model.layers if ...]` still iterates sub-modules of `model`.
         return Value(params_of=params, iterates=_common_ref([value.ref for value in values]))
 
@@ -720,7 +722,7 @@ class Walker:
         receiver = self.expr(func.value, statement, parents) if type(func) is cst.Attribute else Value()
         args = tuple(self.expr(arg.value, statement, parents) for arg in node.args if arg.keyword is None and not arg.star)
         kwargs = {arg.keyword.value: self.expr(arg.value, statement, parents) for arg in node.args if arg.keyword is not None}
-        flowing = frozenset().union(*(value.params_of for value in (*args, *kwargs.values())))
+        flowing = refs_of((*args, *kwargs.values()))
         qname = self.file.qualify(func)
         common = dict(statement=statement, parents=parents, qname=qname, args=args, kwargs=kwargs, with_item=with_item)
 
@@ -761,7 +763,7 @@ class Walker:
         if type(func) is cst.Attribute and qname is None and func.attr.value == "get" and receiver.table:
             return Value(callees=receiver.table)  # `table.get(key)`: one of its functions
         # Parameters handed over directly, not an existing optimizer handed to a helper.
-        handed = frozenset().union(*(v.params_of for v in (*args, *kwargs.values()) if v.ref not in self.flow.optimizer_bindings))
+        handed = refs_of(v for v in (*args, *kwargs.values()) if v.ref not in self.flow.optimizer_bindings)
         if self.is_optimizer(qname, node, handed):
             event = self.emit(OPTIMIZER, node, params_of=handed, **common)
             return Value(event=event, params_of=handed)
@@ -797,7 +799,7 @@ class Walker:
         if qname in distributed.RETURNS_ITS_MODULE and args and args[0].ref is not None:
             return args[0]  # `model = parallelize_module(model, ...)` is still `model`
         built_by = qname if qname is not None else receiver.built_by if type(func) is cst.Attribute and func.attr.value in _RETURNS_SELF else None
-        return Value(event=event, params_of=flowing if qname is None else frozenset(), rank=rank_of_call(qname, func, node, args), built_by=built_by,
+        return Value(event=event, params_of=flowing if qname is None else NO_REFS, rank=rank_of_call(qname, func, node, args), built_by=built_by,
                      constant="None" if qname in distributed.RETURNS_NONE else None,
                      rank_derived=rank_derived_of_call(qname, func, node, args), world_size=world_size_of_call(qname, func, node, args))
 
