@@ -9,7 +9,8 @@ class ShardingOrder(Rule):
     """
     ## What it does
     Finds `fully_shard` applied top-down (the root before its blocks), and blocks sharded while
-    the root is never sharded.
+    the root is never sharded, though it is trained: its forward runs, or an optimizer is built
+    over its parameters. (A block sharded and run on its own, as a test does, is fine.)
 
     ## Why is this bad?
     `fully_shard` must be applied bottom-up. Sharding a block after its root fails with
@@ -110,6 +111,8 @@ class ShardingOrder(Rule):
             last = block_shards[-1]
             if flow.escapes(root, last.index) or any(isinstance(parent, cst.If) for parent in last.parents):
                 continue  # handed to code this run cannot see, or sharded on a path we cannot tell is taken
+            if not self._trained(flow, root):
+                continue  # a block sharded and run alone (VeOmni's tests): the root's own parameters are never trained here
             name = local_name(flow, root)
             anchor = statement_after_loops(block_shards) if name else None
             fix = None
@@ -122,6 +125,18 @@ class ShardingOrder(Rule):
             yield Finding(last.file, last.node,
                           f"blocks of `{name or root.name}` are sharded but `{name or root.name}` itself never is{via(last)}: "
                           f"its own parameters stay plain tensors whose gradients are never reduced", fix, related=calls(flow, last))
+
+    @staticmethod
+    def _trained(flow, root) -> bool:
+        """The root takes part in training in this flow: its forward runs (`model(x)`, `model.forward(x)`),
+        or an optimizer is built over its parameters."""
+        from fsdplint.model import CALL_VALUE, METHOD, OPTIMIZER
+
+        def is_root(ref) -> bool:
+            return ref is not None and ref.root == root.root and not ref.path
+
+        return any(event.kind == CALL_VALUE and is_root(event.target) or event.kind == METHOD and event.method == "forward" and is_root(event.target)
+                   or event.kind == OPTIMIZER and any(map(is_root, event.params_of)) for event in flow.of_kind(CALL_VALUE, METHOD, OPTIMIZER))
 
     @staticmethod
     def _replaced_between(flow, module, start: int, end: int) -> bool:

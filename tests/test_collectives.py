@@ -480,3 +480,39 @@ def test_full_tensor_under_an_isinstance_test_of_dtensor_is_no_known_collective(
             for p in model.parameters():
                 get_full_tensor(p)
     """) == []
+
+
+def test_full_tensor_under_a_duck_typed_test_or_a_test_in_a_function_called_twice():
+    """VeOmni: `if hasattr(t.data, "full_tensor"): t = t.data.full_tensor()` gathers only where `t` is a
+    DTensor, as `isinstance(t, DTensor)` says; and that test holds in every call of its function, not
+    only in the last one walked (`full_state` reached twice from `run`)."""
+    assert lines("""
+    def save_weights(state_dict):
+        for name, t in state_dict.items():
+            if hasattr(t.data, "full_tensor"):
+                t = t.data.full_tensor()
+
+    def main(model):
+        if dist.get_rank() == 0:
+            save_weights(model.state_dict())
+    """) == []
+    twice = """
+    from torch.distributed.tensor import DTensor
+
+    def full_state(model):
+        for name, p in model.named_parameters():
+            if isinstance(p, DTensor):
+                p.full_tensor()
+
+    def golden(width):
+        return full_state(nn.Linear(width, width))
+
+    def run(model, width):
+        full_state(model)
+        if dist.get_rank() == 0:
+            golden(width)
+    """
+    assert lines(twice) == []
+    # Near misses: another attribute, and the same function without the test.
+    assert lines(twice.replace("isinstance(p, DTensor)", 'hasattr(p, "placements")')) == [15]
+    assert lines(twice.replace("if isinstance(p, DTensor):", "if True:")) == [15]

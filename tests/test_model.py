@@ -159,6 +159,25 @@ def test_noqa_suppresses_and_unused_noqa_is_reported():
     """) == [(8, "FSDP003")]
 
 
+def test_blocks_sharded_but_not_the_root_matter_only_where_the_root_is_trained():
+    """VeOmni's test_chunk_mbs: one layer of a container is sharded and run alone; the container's own
+    parameters are never trained, so none goes unreduced. Its forward, or an optimizer over its
+    parameters, trains them."""
+    source = """
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+    def main(x):
+        root = Root()
+        layer = root.layers[0]
+        fully_shard(layer)
+        {use}
+    """
+    assert codes(source.format(use="layer(x).sum().backward()"), select=["FSDP102"]) == []
+    for use in ("root(x).sum().backward()", "root.forward(x)", "optimizer = torch.optim.AdamW(root.parameters())"):
+        assert codes(source.format(use=use), select=["FSDP102"]) == [(8, "FSDP102")], use
+
+
 def test_one_line_function_bodies():
     """Found by the fuzzer: `def f(): ...` on one line crashed the model (IndexError). Its events are
     held by the def; no fix places code around the def, where it would run outside the function."""
@@ -169,7 +188,7 @@ def test_one_line_function_bodies():
     from torch.distributed.fsdp import fully_shard
     def top_down(model): fully_shard(model); fully_shard(model.layers[0])
     def run(model, x): fully_shard(model); return model.forward(x)
-    def blocks_only(): model = Net(); fully_shard(model.layers[0]); fully_shard(model.layers[1])
+    def blocks_only(): model = Net(); fully_shard(model.layers[0]); fully_shard(model.layers[1]); model(1)
     def reshard(model, x): fully_shard(model); model(x); opt = torch.optim.AdamW(model.parameters())
     """)
     assert codes(source) == [(3, "FSDP102"), (4, "FSDP103"), (5, "FSDP102"), (6, "FSDP108")]
@@ -184,6 +203,7 @@ def test_comprehension_target_is_an_element_of_what_it_iterates():
     model = Net()
     [fully_shard(b) for b in model.layers]
     fully_shard(model)
+    loss = model(batch)
     """
     assert codes(sharded) == []
     assert codes(sharded.replace("    fully_shard(model)\n", "")) == [(4, "FSDP102")]
@@ -280,6 +300,7 @@ def test_a_list_of_modules_sharded_one_by_one_is_no_root_left_unsharded():
         net = Net()
         for block in net.layers:
             fully_shard(block)
+        net(1)
         return 0
 
     def main(model):
@@ -633,6 +654,32 @@ def test_a_function_a_test_patches_with_a_mock_runs_no_code_of_the_run():
     assert codes(source.format(decorator="@patch.object(nn, 'Module')")) != []  # another name patched: still sharded twice
 
 
+def test_a_torch_function_a_test_replaces_with_monkeypatch_is_no_sharding():
+    """Automodel's unit tests: `monkeypatch.setattr(module, "fully_shard", fake)`, then the helper that
+    shards blocks and not the root: nothing is sharded."""
+    source = """
+    import sys
+    import torch.nn as nn
+    from torch.distributed.fsdp import fully_shard
+
+    def shard_block(module, mesh):
+        for sub in module.children():
+            fully_shard(sub, mesh=mesh)
+
+    def test_shard_block_calls({params}):
+        model = Model()
+        block = model.layers[0]
+        monkeypatch.setattr({target}, fake)
+        shard_block(block, mesh=object())
+        model(1)
+    """
+    assert codes(source.format(params="monkeypatch", target='sys.modules[__name__], "fully_shard"'), select=["FSDP102"]) == []
+    assert codes(source.format(params="monkeypatch", target='"pkg.parallel.fully_shard"'), select=["FSDP102"]) == []
+    # Near misses: another name replaced, and no pytest fixture of that name.
+    assert codes(source.format(params="monkeypatch", target='sys.modules[__name__], "init_device_mesh"'), select=["FSDP102"]) == [(8, "FSDP102")]
+    assert codes(source.format(params="patcher", target='sys.modules[__name__], "fully_shard"'), select=["FSDP102"]) == [(8, "FSDP102")]
+
+
 def test_a_call_expected_to_raise_is_not_followed():
     # tnt's GPU tests: prepare_fsdp2 rejects its arguments under assertRaises before sharding anything.
     assert codes("""
@@ -669,6 +716,7 @@ def build():
         if isinstance(module, nn.ModuleList):
             continue
         fully_shard(module)
+    base_model(1)
     return 1
 """
     assert codes(source) == []
@@ -729,6 +777,7 @@ def test_a_module_taken_by_getattr_or_from_a_call_not_followed_is_part_of_its_mo
         inner = get_language_model(config)
         for layer in inner.layers:
             fully_shard(layer)
+        optimizer = torch.optim.AdamW(inner.parameters())
 
     shard(cfg)
     """, select=["FSDP102"]) == [(8, "FSDP102")]

@@ -226,6 +226,31 @@ def test_or_after_a_name_known_to_be_none_is_the_other_operand():
     assert all(target.root != "model" for target in others)
 
 
+def test_a_module_or_none_is_that_module_where_it_is_used_as_one():
+    """Automodel's `lm_head = inner or outer` (outer `... if outer is not None else None`, with `outer`
+    left None) and ROLL's helper that returns `getattr(m, "embed_tokens")` or None: each is a
+    sub-module of the model, not a root of its own."""
+    flow = flow_of(program_of("""
+    from torch.distributed.fsdp import fully_shard
+    def get_embed(m):
+        if hasattr(m, "embed"):
+            return getattr(m, "embed")
+        return None
+    def shard(model, outer=None):
+        head = getattr(model, "head", None) or (getattr(outer, "head", None) if outer is not None else None)
+        fully_shard(head)
+        fully_shard(get_embed(model))
+        fully_shard(model.norm if flag else None)
+        fully_shard(model.a if flag else model.b)
+    def main():
+        model = Net()
+        shard(model)
+    """), "main")
+    head, embed, norm, either = (event.target for event in events(flow, model.SHARD))
+    assert [(ref.root, ref.path) for ref in (head, embed, norm)] == [("model", ("head",)), ("model", ("embed",)), ("model", ("norm",))]
+    assert either is None or either.root != "model" or not either.path  # one of two: not known to be either
+
+
 def test_a_dispatch_table_at_the_top_level_read_by_a_function():
     """AReaL's `TEST_REGISTRY[args.test]()` in `main`: the table is the module's, bound once."""
     source = """

@@ -21,6 +21,7 @@ from fsdplint.model.events import (
     EventKind,
 )
 from fsdplint.model.names import BUILTINS
+from fsdplint.model.syntax import string_value
 from fsdplint.model.values import Ref, Value
 
 if TYPE_CHECKING:
@@ -169,19 +170,29 @@ class Flow:
             return None
         return managing[-1] if managing else None
 
-    def isinstance_known(self, event: Event, ref: Ref, classes: tuple[str, ...]) -> bool | None:
+    def isinstance_known(self, event: Event, ref: Ref, classes: tuple[str, ...], attributes: tuple[str, ...] = ()) -> bool | None:
         """Whether `ref` (or a module holding it) is an instance of one of `classes` (qualified names)
-        where `event` runs, as the `if isinstance(...)` tests around it say: True, False, or None."""
-        tests = {id(e.node): e for e in self.events if e.kind == CALL and e.qname == "isinstance" and len(e.args) == 2}
+        where `event` runs, as the `if isinstance(...)` tests around it say, or, with `attributes`, as
+        the duck-typed `if hasattr(x, "full_tensor"):` says: True, False, or None."""
+        # A test's node is evaluated once per inlined call of its function, each on that call's own
+        # variables: every evaluation is a candidate.
+        tests: dict[int, list[Event]] = {}
+        for candidate in self.of_kind(CALL):
+            if candidate.qname in ("isinstance", "hasattr") and len(candidate.args) == 2 and candidate.args[0].ref is not None:
+                tests.setdefault(id(candidate.node), []).append(candidate)
         for node, in_body in event.branches():
             test, holds = node.test, in_body
             if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
                 test, holds = test.expression, not holds
-            check = tests.get(id(test))
-            if check is None or check.args[0].ref is None or not ref.is_within(check.args[0].ref):
+            check = next((check for check in tests.get(id(test), ()) if ref.is_within(check.args[0].ref)), None)
+            if check is None:
                 continue
-            kinds = check.node.args[1].value
-            names = [element.value for element in kinds.elements] if type(kinds) is cst.Tuple else [kinds]
+            second = check.node.args[1].value
+            if check.qname == "hasattr":
+                if type(second) is cst.SimpleString and string_value(second) in attributes:
+                    return holds
+                continue
+            names = [element.value for element in second.elements] if type(second) is cst.Tuple else [second]
             if any(self.file.qualify(name) in classes or check.file.qualify(name) in classes for name in names):
                 return holds
         return None
@@ -230,7 +241,7 @@ class Flow:
                 return None if self.sharded_only_after(event) else name
             return None
         if event.kind == METHOD and event.target is not None:
-            if event.method == "full_tensor" and self.isinstance_known(event, event.target, distributed.DTENSOR_CLASSES):
+            if event.method == "full_tensor" and self.isinstance_known(event, event.target, distributed.DTENSOR_CLASSES, ("full_tensor",)):
                 return None  # `if isinstance(x, DTensor): x.full_tensor()`: gathers only where `x` is one, which is not known
             if event.method in ("full_tensor", "summon_full_params"):
                 return event.method

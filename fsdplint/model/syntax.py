@@ -145,17 +145,31 @@ _PATCHERS = frozenset({"unittest.mock.patch", "mock.patch", "unittest.mock.patch
 
 
 def patched_names(function: cst.FunctionDef, file) -> Iterator[str]:
-    """The names of what a test's `@patch("pkg.mod.name")` / `@patch(f"{__name__}.name")` /
-    `@patch.object(obj, "name")` decorators replace with mocks."""
+    """The names of what a test replaces: with mocks, by its `@patch("pkg.mod.name")` /
+    `@patch(f"{__name__}.name")` / `@patch.object(obj, "name")` decorators, or with fakes, by pytest's
+    `monkeypatch.setattr(obj, "name", fake)` / `monkeypatch.setattr("pkg.mod.name", fake)` among the
+    statements of its body (for the whole test, as a decorator's patch is)."""
     for decorator in function.decorators:
         call = decorator.decorator
         if type(call) is not cst.Call or file.qualify(call.func) not in _PATCHERS or not call.args:
             continue
         target = call.args[1].value if (file.qualify(call.func) or "").endswith(".object") and len(call.args) > 1 else call.args[0].value
-        if type(target) is cst.SimpleString:
-            yield str(string_value(target)).rsplit(".", 1)[-1]
-        elif type(target) is cst.FormattedString and target.parts and type(target.parts[-1]) is cst.FormattedStringText:
-            yield target.parts[-1].value.rsplit(".", 1)[-1]
+        yield from _patched_name(target)
+    params = {param.name.value for param in function.params.params}
+    if "monkeypatch" not in params:
+        return
+    for statement in statements_of(function.body):
+        call = statement.body[0].value if type(statement) is cst.SimpleStatementLine and type(statement.body[0]) is cst.Expr else None
+        if type(call) is cst.Call and dotted_name(call.func) == "monkeypatch.setattr" and len(call.args) in (2, 3):
+            yield from _patched_name(call.args[1].value if len(call.args) == 3 else call.args[0].value)
+
+
+def _patched_name(target: cst.CSTNode) -> Iterator[str]:
+    """The name a patch target spells last: `"pkg.mod.name"`, `f"{__name__}.name"`, `"name"`."""
+    if type(target) is cst.SimpleString:
+        yield str(string_value(target)).rsplit(".", 1)[-1]
+    elif type(target) is cst.FormattedString and target.parts and type(target.parts[-1]) is cst.FormattedStringText:
+        yield target.parts[-1].value.rsplit(".", 1)[-1]
 
 
 def falsy_defaults(function: cst.FunctionDef) -> set[str]:

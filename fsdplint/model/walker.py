@@ -627,9 +627,19 @@ class Walker:
             operator = "and" if type(node.operator) is cst.And else "or"
             if operator == "or" and left.constant in ("None", "False"):
                 return right  # `target = module or self` where `module` was left None: `self`
+            if operator == "or" and right.constant == "None":
+                return left  # `head or None`: a module or None is that module wherever it is used as one
             # `model.backbone or model.model`: one of the two modules.
             either = _either([left.ref, right.ref]) if operator == "or" else None
             return Value(ref=either, params_of=refs_of((left, right)), rank_test=RankTest.combine(operator, left.rank_test, right.rank_test))
+        if type(node) is cst.IfExp:
+            test, body, orelse = (self.expr(part, statement, parents) for part in (node.test, node.body, node.orelse))
+            truth = False if test.always_false else self.static_truth(node.test)
+            if truth is not None:
+                return body if truth else orelse  # `x if outer is not None else None` with `outer` left None
+            if orelse.constant == "None" or body.constant == "None":
+                return body if orelse.constant == "None" else orelse  # a module or None: that module where used as one
+            return Value(params_of=refs_of((test, body, orelse)))
         if type(node) is cst.UnaryOperation and type(node.operator) is cst.Not:
             operand = self.expr(node.expression, statement, parents)
             return Value(rank_test=operand.rank_test.negated() if operand.rank_test else None)
@@ -724,6 +734,8 @@ class Walker:
         kwargs = {arg.keyword.value: self.expr(arg.value, statement, parents) for arg in node.args if arg.keyword is not None}
         flowing = refs_of((*args, *kwargs.values()))
         qname = self.file.qualify(func)
+        if qname is not None and qname.rsplit(".", 1)[-1] in self.patched:
+            qname = None  # a test replaced it (`monkeypatch.setattr(mod, "fully_shard", fake)`): a call of unknown code
         common = dict(statement=statement, parents=parents, qname=qname, args=args, kwargs=kwargs, with_item=with_item)
 
         if qname == FULLY_SHARD:
@@ -978,9 +990,13 @@ class Walker:
 def _returned_on_either_path(earlier: Value, later: Value) -> Value:
     """What a function returns, from two of its `return`s: the later one, unless it says nothing and
     the earlier one says what the rank is (`if is_distributed(): return dist.get_rank(group)` then
-    `return 0`: outside a process group there is one rank, and no rank test to make)."""
+    `return 0`: outside a process group there is one rank, and no rank test to make), or it is None
+    and the earlier one a module."""
     says_nothing = later.ref is None and later.event is None and later.rank is None and later.rank_test is None
-    return earlier if says_nothing and (earlier.rank is not None or earlier.rank_test is not None) else later
+    if says_nothing and (earlier.rank is not None or earlier.rank_test is not None):
+        return earlier
+    # `return getattr(m, "embed_tokens")` then `return None`: a module or None is that module wherever it is used as one.
+    return earlier if later.constant == "None" and earlier.ref is not None else later
 
 
 def _visits_through(wrapper: str, args: tuple[Value, ...]) -> tuple[Value, ...] | None:
