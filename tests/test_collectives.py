@@ -516,3 +516,21 @@ def test_full_tensor_under_a_duck_typed_test_or_a_test_in_a_function_called_twic
     # Near misses: another attribute, and the same function without the test.
     assert lines(twice.replace("isinstance(p, DTensor)", 'hasattr(p, "placements")')) == [15]
     assert lines(twice.replace("if isinstance(p, DTensor):", "if True:")) == [15]
+
+
+def test_a_collective_under_and_with_a_parameter_left_none_is_dead():
+    """VeOmni's save_model_weights: `if global_rank is not None and dist.is_initialized(): dist.barrier()`,
+    called on rank 0 without `global_rank`: the barrier never runs there."""
+    source = """
+    def save(state, global_rank=None):
+        for name, t in state.items():
+            if global_rank is not None and dist.is_initialized():
+                dist.barrier()
+
+    def main(model):
+        if dist.get_rank() == 0:
+            save(model.state_dict(){passed})
+    """
+    assert lines(source.format(passed="")) == []
+    assert lines(source.format(passed=", global_rank=0")) == [9]
+    assert lines(source.format(passed="").replace(" and dist.is_initialized()", " or dist.is_initialized()")) == [9]

@@ -392,6 +392,11 @@ class Walker:
         if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
             inner = self.static_truth(test.expression)
             return None if inner is None else not inner
+        if type(test) is cst.BooleanOperation:
+            # `global_rank is not None and dist.is_initialized()` with `global_rank` left None: false.
+            sides = (self.static_truth(test.left), self.static_truth(test.right))
+            decisive = type(test.operator) is cst.Or  # the value that decides `or` (True) or `and` (False)
+            return decisive if decisive in sides else (not decisive if sides == (not decisive, not decisive) else None)
         if type(test) is cst.Comparison and len(test.comparisons) == 1:
             comparison = test.comparisons[0]
             if type(comparison.comparator) is cst.Name and comparison.comparator.value == "None":
