@@ -113,6 +113,8 @@ class ShardingOrder(Rule):
                 continue  # handed to code this run cannot see, or sharded on a path we cannot tell is taken
             if not self._trained(flow, root):
                 continue  # a block sharded and run alone (VeOmni's tests): the root's own parameters are never trained here
+            if self._holds_only(flow, root, block_shards):
+                continue  # a composite of modules each sharded on its own: the root holds no parameter of its own
             name = local_name(flow, root)
             anchor = statement_after_loops(block_shards) if name else None
             fix = None
@@ -137,6 +139,31 @@ class ShardingOrder(Rule):
 
         return any(event.kind == CALL_VALUE and is_root(event.target) or event.kind == METHOD and event.method == "forward" and is_root(event.target)
                    or event.kind == OPTIMIZER and any(map(is_root, event.params_of)) for event in flow.of_kind(CALL_VALUE, METHOD, OPTIMIZER))
+
+    @staticmethod
+    def _holds_only(flow, root, block_shards) -> bool:
+        """The root was built by a class of the run, derived from `nn.Module` alone, whose methods give
+        `self` nothing but literals and the sub-modules sharded here (Automodel's composite of a base
+        model and a drafter, each sharded)."""
+        import libcst as cst
+
+        from fsdplint.model import Value
+        from fsdplint.model.syntax import own_attributes
+
+        made = flow.origin(Value(ref=root), len(flow.events))
+        call = made.node if made is not None and type(made.node) is cst.Call else None
+        while call is not None and type(call.func) is cst.Attribute and type(call.func.value) is cst.Call:
+            call = call.func.value  # `Composite(...).cuda()`: the constructor's call
+        found = flow.program.class_of(made.file, call.func) if call is not None else None
+        if found is None:
+            return False
+        file, qualname = found
+        class_def = file.classes[qualname]
+        if not class_def.bases or any(file.qualify(base.value) != "torch.nn.Module" for base in class_def.bases):
+            return False
+        held = own_attributes(class_def)
+        sharded = {target.path[0] for event in block_shards for target in event.targets if target.root == root.root and len(target.path) == 1}
+        return held is not None and held <= sharded
 
     @staticmethod
     def _replaced_between(flow, module, start: int, end: int) -> bool:

@@ -178,6 +178,35 @@ def test_blocks_sharded_but_not_the_root_matter_only_where_the_root_is_trained()
         assert codes(source.format(use=use), select=["FSDP102"]) == [(8, "FSDP102")], use
 
 
+def test_a_composite_of_modules_each_sharded_holds_nothing_of_its_own():
+    """Automodel's composite of a base model and a drafter, each sharded: the root's class gives `self`
+    only those two and a float, so no parameter is left unreduced. A parameter, an unsharded child or
+    a base class other than nn.Module may be."""
+    source = """
+    import torch
+    import torch.nn as nn
+    from torch.distributed.fsdp import fully_shard
+
+    class Composite({base}):
+        def __init__(self, base, drafter):
+            super().__init__()
+            self.base = base
+            self.drafter = drafter
+            self.loss_weight = 0.5
+            {more}
+
+    def main(x):
+        composite = Composite(nn.Linear(8, 8), nn.Linear(8, 8)).cuda()
+        fully_shard(composite.base)
+        fully_shard(composite.drafter)
+        composite(x).sum().backward()
+    """
+    assert codes(source.format(base="nn.Module", more=""), select=["FSDP102"]) == []
+    for base, more in [("nn.Module", "self.scale = nn.Parameter(torch.ones(1))"), ("nn.Module", "self.head = nn.Linear(8, 2)"),
+                       ("nn.Module", 'setattr(self, "head", nn.Linear(8, 2))'), ("PreTrainedModel", "")]:
+        assert codes(source.format(base=base, more=more), select=["FSDP102"]) == [(17, "FSDP102")], (base, more)
+
+
 def test_one_line_function_bodies():
     """Found by the fuzzer: `def f(): ...` on one line crashed the model (IndexError). Its events are
     held by the def; no fix places code around the def, where it would run outside the function."""

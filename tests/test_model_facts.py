@@ -740,3 +740,4 @@ def test_a_string_literal_is_the_string_python_reads():
     for literal in ['"nccl"', "'gloo'", '"""a\nb"""', 'r"\\d+"', 'u"x"', '"tab\\there"', "b'bytes'", 'rb"\\x00"', "'it\\'s'", 'R"C:\\path"', '""']:
         node = cst.parse_expression(literal)
         assert string_value(node) == node.evaluated_value, literal
+

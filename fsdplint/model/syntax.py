@@ -172,6 +172,43 @@ def _patched_name(target: cst.CSTNode) -> Iterator[str]:
         yield target.parts[-1].value.rsplit(".", 1)[-1]
 
 
+_REGISTERS = frozenset({"register_parameter", "register_module", "add_module"})
+_LITERALS = (cst.Integer, cst.Float, cst.SimpleString, cst.Imaginary)
+
+
+def own_attributes(class_def: cst.ClassDef) -> set[str] | None:
+    """The attributes a class's methods may hold anything in: each `self.NAME = value` whose value is
+    no literal (a number, a string, None, True, False). None when a method can add what this does not
+    see: `setattr(self, ...)`, `self.register_parameter(...)`, `self.add_module(...)`."""
+    names: set[str] = set()
+    pending = list(class_def.body.body) if type(class_def.body) is cst.IndentedBlock else []
+    while pending:
+        statement = pending.pop()
+        if type(statement) in (cst.FunctionDef, cst.ClassDef):
+            if type(statement) is cst.FunctionDef and type(statement.body) is cst.IndentedBlock:
+                pending += statement.body.body
+            continue
+        if type(statement) is not cst.SimpleStatementLine:
+            pending += [inner for suite in suites_of(statement) for inner in statements_of(suite)]
+            continue
+        for small in statement.body:
+            call = small.value if type(small) is cst.Expr else None
+            if type(call) is cst.Call and (dotted_name(call.func) == "setattr" or type(call.func) is cst.Attribute and call.func.attr.value in _REGISTERS):
+                return None
+            targets = [target.target for target in small.targets] if type(small) is cst.Assign else \
+                [small.target] if type(small) is cst.AnnAssign and small.value is not None else []
+            value = getattr(small, "value", None)
+            literal = type(value) in _LITERALS or type(value) is cst.Name and value.value in CONSTANTS
+            while targets:
+                target = targets.pop()
+                if type(target) in (cst.Tuple, cst.List):
+                    targets += [element.value for element in target.elements]
+                    literal = False  # what each name is given is not read here
+                elif type(target) is cst.Attribute and type(target.value) is cst.Name and target.value.value == "self" and not literal:
+                    names.add(target.attr.value)
+    return names
+
+
 def falsy_defaults(function: cst.FunctionDef) -> set[str]:
     """Parameters whose default is `False` or `None`."""
     params = (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)
