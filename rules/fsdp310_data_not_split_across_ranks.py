@@ -170,7 +170,7 @@ def _map_style_class(program, file, node, depth: int) -> bool:
     for function in file.functions.values():
         if function.class_name == node.name.value and function.node in _methods(node):
             flow = program.flow_of(function)
-            if flow is None or flow.exhausted or flow.reads_rank:
+            if flow.exhausted or flow.reads_rank:
                 return False
     verdicts = []
     for base in node.bases:

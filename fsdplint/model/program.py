@@ -22,9 +22,6 @@ class Program:
 
     def __init__(self, files: list[FileModel], callees: set[FileModel] | frozenset[FileModel] = frozenset()) -> None:
         self.files = files
-        # Files parsed only for the functions the others call: walked where called, and a flow of their
-        # own only when a rule asks for one (`flow_of`, `flows_named`). Analysis starts at the others.
-        self.callees = callees
         self.last_call_id = 0  # each inlined call's own id, for the names of its variables (`save@12:state`)
         self.summaries: dict[tuple, list[Summary]] = {}  # by calling context (summaries.Context.key)
         self.functions_by_name: dict[str, list[FunctionInfo]] = {}
@@ -35,6 +32,8 @@ class Program:
                 self.functions_by_name.setdefault(function.name, []).append(function)
         # Functions before module bodies: when two flows report one node, the first (and shortest
         # "via" chain) is kept.
+        # `callees`: files parsed only for the functions the others call, walked where called and a flow
+        # of their own only when a rule asks for one (`flow_of`, `flows_named`). Analysis starts at the others.
         starts = [file for file in files if file not in callees]
         owners = [(file, function) for file in starts for function in file.functions.values()] + [(file, None) for file in starts]
         # The run's budget goes first to the files that import FSDP, whose flows rules report on most.
