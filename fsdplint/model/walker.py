@@ -633,7 +633,7 @@ class Walker:
             if operator == "or" and left.constant in ("None", "False"):
                 return right  # `target = module or self` where `module` was left None: `self`
             if operator == "or" and right.constant == "None":
-                return left  # `head or None`: a module or None is that module wherever it is used as one
+                return _not_none(left, right)  # `head or None`
             # `model.backbone or model.model`: one of the two modules.
             either = _either([left.ref, right.ref]) if operator == "or" else None
             return Value(ref=either, params_of=refs_of((left, right)), rank_test=RankTest.combine(operator, left.rank_test, right.rank_test))
@@ -642,9 +642,7 @@ class Walker:
             truth = False if test.always_false else self.static_truth(node.test)
             if truth is not None:
                 return body if truth else orelse  # `x if outer is not None else None` with `outer` left None
-            if orelse.constant == "None" or body.constant == "None":
-                return body if orelse.constant == "None" else orelse  # a module or None: that module where used as one
-            return Value(params_of=refs_of((test, body, orelse)))
+            return _not_none(body, orelse) or Value(params_of=refs_of((test, body, orelse)))
         if type(node) is cst.UnaryOperation and type(node.operator) is cst.Not:
             operand = self.expr(node.expression, statement, parents)
             return Value(rank_test=operand.rank_test.negated() if operand.rank_test else None)
@@ -1000,8 +998,14 @@ def _returned_on_either_path(earlier: Value, later: Value) -> Value:
     says_nothing = later.ref is None and later.event is None and later.rank is None and later.rank_test is None
     if says_nothing and (earlier.rank is not None or earlier.rank_test is not None):
         return earlier
-    # `return getattr(m, "embed_tokens")` then `return None`: a module or None is that module wherever it is used as one.
+    # `return getattr(m, "embed_tokens")` then `return None`
     return earlier if later.constant == "None" and earlier.ref is not None else later
+
+
+def _not_none(first: Value, second: Value) -> Value | None:
+    """Of two values one of which is the constant None, the other: a module or None is that module
+    wherever it is used as one. None when neither is."""
+    return first if second.constant == "None" else second if first.constant == "None" else None
 
 
 def _visits_through(wrapper: str, args: tuple[Value, ...]) -> tuple[Value, ...] | None:
