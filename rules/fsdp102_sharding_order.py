@@ -1,8 +1,17 @@
 from __future__ import annotations
 
+from enum import Enum
 from typing import Iterable
 
 from fsdplint.rule import Finding, FixAvailability, Rule, Severity
+
+
+class _OwnState(Enum):
+    """What the root's class gives `self` besides the blocks sharded here."""
+
+    NOTHING = "nothing"  # literals and builtins' scalars only: no parameter is left unreduced
+    SOMETHING = "something"  # a module, a parameter, or a value that may be one
+    UNREAD = "unread"  # its class, or a base class, is one this run cannot read
 
 
 class ShardingOrder(Rule):
@@ -113,7 +122,8 @@ class ShardingOrder(Rule):
                 continue  # handed to code this run cannot see, or sharded on a path we cannot tell is taken
             if not self._trained(flow, root):
                 continue  # a block sharded and run alone (VeOmni's tests): the root's own parameters are never trained here
-            if self._holds_only(flow, root, block_shards):
+            own_state = self._own_state(flow, root, block_shards)
+            if own_state is _OwnState.NOTHING:
                 continue  # a composite of modules each sharded on its own: the root holds no parameter of its own
             name = local_name(flow, root)
             anchor = statement_after_loops(block_shards) if name else None
@@ -124,9 +134,14 @@ class ShardingOrder(Rule):
                 statement = parse_statements(last.file, f"{code(last, call.func)}({name}{keywords})\n")
                 fix = Fix(f"Shard the root: `fully_shard({name})` after its blocks", safe=False,
                           operations=[InsertAfter(anchor, statement)])
-            yield Finding(last.file, last.node,
-                          f"blocks of `{name or root.name}` are sharded but `{name or root.name}` itself never is{via(last)}: "
-                          f"its own parameters stay plain tensors whose gradients are never reduced", fix, related=calls(flow, last))
+            shown = name or root.name
+            if own_state is _OwnState.UNREAD:
+                yield Finding(last.file, last.node, f"blocks of `{shown}` are sharded but `{shown}` itself never is{via(last)}: "
+                              f"if its class holds parameters of its own (it is not in the checked files), they stay plain "
+                              f"tensors whose gradients are never reduced", fix, severity=Severity.WARNING, related=calls(flow, last))
+            else:
+                yield Finding(last.file, last.node, f"blocks of `{shown}` are sharded but `{shown}` itself never is{via(last)}: "
+                              f"its own parameters stay plain tensors whose gradients are never reduced", fix, related=calls(flow, last))
 
     @staticmethod
     def _trained(flow, root) -> bool:
@@ -141,10 +156,11 @@ class ShardingOrder(Rule):
                    or event.kind == OPTIMIZER and any(map(is_root, event.params_of)) for event in flow.of_kind(CALL_VALUE, METHOD, OPTIMIZER))
 
     @staticmethod
-    def _holds_only(flow, root, block_shards) -> bool:
-        """The root was built by a class of the run, derived from `nn.Module` alone, whose methods give
-        `self` nothing but literals and the sub-modules sharded here (Automodel's composite of a base
-        model and a drafter, each sharded)."""
+    def _own_state(flow, root, block_shards) -> _OwnState:
+        """What the root's class gives `self` besides the sub-modules sharded here, read from the class
+        that built it (`Composite(...)`, `Composite(...).cuda()`) and its bases: `nn.Module` and classes
+        of the run (Automodel's composite of a base model and a drafter, each sharded, with a
+        checkpointing mixin that holds nothing)."""
         import libcst as cst
 
         from fsdplint.model import Value
@@ -156,14 +172,29 @@ class ShardingOrder(Rule):
             call = call.func.value  # `Composite(...).cuda()`: the constructor's call
         found = flow.program.class_of(made.file, call.func) if call is not None else None
         if found is None:
-            return False
-        file, qualname = found
-        class_def = file.classes[qualname]
-        if not class_def.bases or any(file.qualify(base.value) != "torch.nn.Module" for base in class_def.bases):
-            return False
-        held = own_attributes(class_def)
+            return _OwnState.UNREAD
+        held: set[str] = set()
+        pending, seen, is_module = [found], set(), False
+        while pending:
+            file, qualname = pending.pop()
+            if (id(file), qualname) in seen:
+                continue
+            seen.add((id(file), qualname))
+            class_def = file.classes[qualname]
+            attributes = own_attributes(class_def)
+            if attributes is None:
+                return _OwnState.SOMETHING  # `setattr(self, ...)`, `self.register_parameter(...)`
+            held |= attributes
+            for base in class_def.bases:
+                if file.qualify(base.value) == "torch.nn.Module":
+                    is_module = True
+                    continue
+                base_class = flow.program.class_of(file, base.value)
+                if base_class is None:
+                    return _OwnState.UNREAD
+                pending.append(base_class)
         sharded = {target.path[0] for event in block_shards for target in event.targets if target.root == root.root and len(target.path) == 1}
-        return held is not None and held <= sharded
+        return _OwnState.NOTHING if is_module and held <= sharded else _OwnState.SOMETHING
 
     @staticmethod
     def _replaced_between(flow, module, start: int, end: int) -> bool:

@@ -180,31 +180,50 @@ def test_blocks_sharded_but_not_the_root_matter_only_where_the_root_is_trained()
 
 def test_a_composite_of_modules_each_sharded_holds_nothing_of_its_own():
     """Automodel's composite of a base model and a drafter, each sharded: the root's class gives `self`
-    only those two and a float, so no parameter is left unreduced. A parameter, an unsharded child or
-    a base class other than nn.Module may be."""
+    only those two, a float and a builtin's scalar, so no parameter is left unreduced; a mixin of the
+    run that holds nothing adds none. A parameter, an unsharded child, a mixin with state or a base class
+    the run cannot read may be."""
     source = """
     import torch
     import torch.nn as nn
     from torch.distributed.fsdp import fully_shard
 
+    class CheckpointingMixin:
+        def save(self, path):
+            torch.save(self.state_dict(), path)
+
+    class StatefulMixin:
+        def setup(self):
+            self.head = nn.Linear(8, 2)
+
     class Composite({base}):
-        def __init__(self, base, drafter):
+        def __init__(self, base, drafter, steps):
             super().__init__()
             self.base = base
             self.drafter = drafter
             self.loss_weight = 0.5
+            self.steps = int(steps)
             {more}
 
     def main(x):
-        composite = Composite(nn.Linear(8, 8), nn.Linear(8, 8)).cuda()
+        composite = Composite(nn.Linear(8, 8), nn.Linear(8, 8), 1).cuda()
         fully_shard(composite.base)
         fully_shard(composite.drafter)
         composite(x).sum().backward()
     """
-    assert codes(source.format(base="nn.Module", more=""), select=["FSDP102"]) == []
+    def severities(base: str, more: str = "", make: str = "Composite") -> list[tuple[int, str]]:
+        program = source.format(base=base, more=more).replace("composite = Composite(", f"composite = {make}(")
+        return [(d.line, str(d.severity)) for d in check_source(textwrap.dedent(program), select=["FSDP102"])]
+
+    for base in ("nn.Module", "nn.Module, CheckpointingMixin"):
+        assert severities(base) == [], base
     for base, more in [("nn.Module", "self.scale = nn.Parameter(torch.ones(1))"), ("nn.Module", "self.head = nn.Linear(8, 2)"),
-                       ("nn.Module", 'setattr(self, "head", nn.Linear(8, 2))'), ("PreTrainedModel", "")]:
-        assert codes(source.format(base=base, more=more), select=["FSDP102"]) == [(17, "FSDP102")], (base, more)
+                       ("nn.Module", "self.head = make_head(8)"), ("nn.Module", 'setattr(self, "head", nn.Linear(8, 2))'),
+                       ("nn.Module, StatefulMixin", "")]:
+        assert severities(base, more) == [(26, "error")], (base, more)
+    # What a class the run cannot read holds is unknown: a warning, which says so.
+    assert severities("PreTrainedModel") == severities("nn.Module, LibraryMixin") == [(26, "warning")]
+    assert severities("nn.Module", make="library.Composite") == [(26, "warning")]
 
 
 def test_one_line_function_bodies():

@@ -174,11 +174,13 @@ def _patched_name(target: cst.CSTNode) -> Iterator[str]:
 
 _REGISTERS = frozenset({"register_parameter", "register_module", "add_module"})
 _LITERALS = (cst.Integer, cst.Float, cst.SimpleString, cst.Imaginary)
+# Builtins whose result is a number, a string or a bool: never a module or a parameter.
+_SCALAR_BUILTINS = frozenset({"float", "int", "bool", "str", "len", "round", "abs"})
 
 
 def own_attributes(class_def: cst.ClassDef) -> set[str] | None:
     """The attributes a class's methods may hold anything in: each `self.NAME = value` whose value is
-    no literal (a number, a string, None, True, False). None when a method can add what this does not
+    no literal (a number, a string, None, True, False) nor a builtin's scalar (`float(weight)`). None when a method can add what this does not
     see: `setattr(self, ...)`, `self.register_parameter(...)`, `self.add_module(...)`."""
     names: set[str] = set()
     pending = list(class_def.body.body) if type(class_def.body) is cst.IndentedBlock else []
@@ -198,7 +200,8 @@ def own_attributes(class_def: cst.ClassDef) -> set[str] | None:
             targets = [target.target for target in small.targets] if type(small) is cst.Assign else \
                 [small.target] if type(small) is cst.AnnAssign and small.value is not None else []
             value = getattr(small, "value", None)
-            literal = type(value) in _LITERALS or type(value) is cst.Name and value.value in CONSTANTS
+            literal = type(value) in _LITERALS or type(value) is cst.Name and value.value in CONSTANTS \
+                or type(value) is cst.Call and type(value.func) is cst.Name and value.func.value in _SCALAR_BUILTINS
             while targets:
                 target = targets.pop()
                 if type(target) in (cst.Tuple, cst.List):
