@@ -19,7 +19,10 @@ class ShardingOrder(Rule):
     ## What it does
     Finds `fully_shard` applied top-down (the root before its blocks), and blocks sharded while
     the root is never sharded, though it is trained: its forward runs, or an optimizer is built
-    over its parameters. (A block sharded and run on its own, as a test does, is fine.)
+    over its parameters. (A block sharded and run on its own, as a test does, is fine.) A root
+    whose class gives `self` nothing but the blocks sharded here and plain numbers holds no
+    parameter of its own and is fine too; where its class (or a base class) is not in the checked
+    files, the finding is a warning: fsdplint cannot see what the root holds.
 
     ## Why is this bad?
     `fully_shard` must be applied bottom-up. Sharding a block after its root fails with
