@@ -85,6 +85,15 @@ INIT_DEVICE_MESH = frozenset({"torch.distributed.device_mesh.init_device_mesh", 
 # machine's file system) and the loopback address.
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 LOCAL_INIT_METHODS = ("file://", *(f"tcp://[{host}]:" if ":" in host else f"tcp://{host}:" for host in LOOPBACK_HOSTS))
+# Calls that choose this process's device, or try to (FSDP305 reports the ones that do not):
+# `init_device_mesh` sets it from LOCAL_RANK while CUDA is not yet initialized, and accelerate's state
+# (built by `Accelerator()`) calls `torch.cuda.set_device` with the local process's device.
+DEVICE_CHOOSING_CALLS = frozenset({
+    "torch.cuda.set_device", "torch.accelerator.set_device_index", "torch.cuda.device", "torch.accelerator.device_index",
+    "torch.distributed.device_mesh.init_device_mesh",
+    "accelerate.Accelerator", "accelerate.accelerator.Accelerator", "accelerate.PartialState", "accelerate.state.PartialState",
+    "accelerate.state.AcceleratorState",
+})
 # Methods of libraries' objects that destroy the default process group, by the class that builds the
 # object: accelerate's `end_training()` calls `self.state.destroy_process_group()` (accelerate >= 0.34).
 GROUP_DESTROYING_METHODS = {"accelerate.Accelerator": frozenset({"end_training"})}

@@ -28,7 +28,7 @@ from fsdplint.source import SourceError, SourceFile, decode_source, split_lines
 if TYPE_CHECKING:
     from fsdplint.discovery import Candidate
     from fsdplint.fixes import Fix
-    from fsdplint.model import FileModel, Flow, Program
+    from fsdplint.model import FileModel, Flow, Program, UnparsedFile
 
 MAX_FIX_PASSES = 10
 # LibCST needs ~10 s and 500 MB for 1 MB of Python and grows faster than linearly (4 MB: minutes, GBs);
@@ -320,57 +320,63 @@ class Engine:
         diagnostics: list[Diagnostic] = []
         if unit.parse:
             with _without_cyclic_gc():
-                models, diagnostics = self._parse(unit_sources, list(unit.paths))
-                if models:
-                    findings = self._run_rules(list(models.values()), diagnostics, set(unit.callees))
+                from fsdplint.model import UnparsedFile
+
+                def parse(source: SourceFile) -> FileModel | None:
+                    return self._parse(source, diagnostics)
+
+                # The callee files are parsed when the model first needs them (most of their functions
+                # are never reached); a problem found then is reported like a start's.
+                callees = set(unit.callees)
+                starts = [file for file in (parse(sources[path]) for path in unit.paths if path not in callees) if file is not None]
+                if starts:
+                    findings = self._run_rules(starts, diagnostics, [UnparsedFile(sources[path], parse) for path in unit.callees])
                     diagnostics += self._to_diagnostics(findings, diagnostics)
         return self._suppress(unit_sources, diagnostics)
 
-    def _parse(self, sources: dict[str, SourceFile], paths: list[str]) -> tuple[dict[str, FileModel], list[Diagnostic]]:
+    def _parse(self, source: SourceFile, errors: list[Diagnostic]) -> FileModel | None:
+        """The file's model, or None with the reason added to `errors`."""
         import libcst as cst
 
         from fsdplint.model import build_file_model
 
-        models: dict[str, FileModel] = {}
-        errors: list[Diagnostic] = []
-        for path in paths:
-            source = sources[path]
-            if len(source.text) > MAX_PARSE_CHARS:
-                errors.append(self._file_problem(path, "FSDP002", f"too large to analyze ({len(source.text):,} characters; the limit is {MAX_PARSE_CHARS:,})"))
-                continue
-            python_error = _python_syntax_error(source.text)
-            if isinstance(python_error, str):
-                errors.append(self._file_problem(path, "FSDP001", python_error))
-                continue
-            try:
-                module = cst.parse_module(source.text)
-            except cst.ParserSyntaxError as error:
-                if python_error is None:
-                    # Valid Python that libcst cannot parse (e.g. a line continuation at the end of
-                    # the file): not a syntax error, but the file cannot be checked.
-                    errors.append(self._file_problem(path, "FSDP002", f"libcst cannot parse this file, though Python can: {error.message}",
-                                                     error.raw_line, error.raw_column + 1, _lines(source.text, error.raw_line)))
-                elif python_error.lineno:
-                    # CPython's message and position are exact; libcst's can point past the error.
-                    errors.append(self._file_problem(path, "FSDP001", f"SyntaxError: {python_error.msg}", python_error.lineno,
-                                                     python_error.offset or 1, _lines(source.text, python_error.lineno)))
-                else:
-                    errors.append(self._file_problem(path, "FSDP001", f"SyntaxError: {error.message}", error.raw_line, error.raw_column + 1,
-                                                     _lines(source.text, error.raw_line)))
-                continue
-            except RecursionError:
-                errors.append(self._file_problem(path, "FSDP001", "the file is nested too deeply to parse"))
-                continue
-            except Exception as error:  # a libcst bug on one file must not stop the others
-                errors.append(self._internal_error(path, "parsing with libcst", error))
-                continue
-            try:
-                models[path] = build_file_model(source, module)
-            except RecursionError:
-                errors.append(self._file_problem(path, "FSDP001", "the file is nested too deeply to analyze"))
-            except Exception as error:
-                errors.append(self._internal_error(path, "the semantic model", error))
-        return models, errors
+        path = source.display
+        if len(source.text) > MAX_PARSE_CHARS:
+            errors.append(self._file_problem(path, "FSDP002", f"too large to analyze ({len(source.text):,} characters; the limit is {MAX_PARSE_CHARS:,})"))
+            return None
+        python_error = _python_syntax_error(source.text)
+        if isinstance(python_error, str):
+            errors.append(self._file_problem(path, "FSDP001", python_error))
+            return None
+        try:
+            module = cst.parse_module(source.text)
+        except cst.ParserSyntaxError as error:
+            if python_error is None:
+                # Valid Python that libcst cannot parse (e.g. a line continuation at the end of
+                # the file): not a syntax error, but the file cannot be checked.
+                errors.append(self._file_problem(path, "FSDP002", f"libcst cannot parse this file, though Python can: {error.message}",
+                                                 error.raw_line, error.raw_column + 1, _lines(source.text, error.raw_line)))
+            elif python_error.lineno:
+                # CPython's message and position are exact; libcst's can point past the error.
+                errors.append(self._file_problem(path, "FSDP001", f"SyntaxError: {python_error.msg}", python_error.lineno,
+                                                 python_error.offset or 1, _lines(source.text, python_error.lineno)))
+            else:
+                errors.append(self._file_problem(path, "FSDP001", f"SyntaxError: {error.message}", error.raw_line, error.raw_column + 1,
+                                                 _lines(source.text, error.raw_line)))
+            return None
+        except RecursionError:
+            errors.append(self._file_problem(path, "FSDP001", "the file is nested too deeply to parse"))
+            return None
+        except Exception as error:  # a libcst bug on one file must not stop the others
+            errors.append(self._internal_error(path, "parsing with libcst", error))
+            return None
+        try:
+            return build_file_model(source, module)
+        except RecursionError:
+            errors.append(self._file_problem(path, "FSDP001", "the file is nested too deeply to analyze"))
+        except Exception as error:
+            errors.append(self._internal_error(path, "the semantic model", error))
+        return None
 
     def _internal_error(self, path: str, what: str, error: BaseException) -> Diagnostic:
         frames = traceback.extract_tb(error.__traceback__)
@@ -380,21 +386,20 @@ class Engine:
         where = f" (at {Path(frame.filename).name}:{frame.lineno})" if frame else ""
         return self._file_problem(path, "FSDP009", f"{what} failed on this file: {type(error).__name__}: {error}{where}")
 
-    def _run_rules(self, files: list[FileModel], diagnostics: list[Diagnostic], callees: set[str]) -> list[Finding]:
-        """Every rule over the program (`callees`: the files only walked where they are called). An
-        internal error is reported (FSDP009) against the file and rule it happened in, and every other
-        file and rule is still checked."""
+    def _run_rules(self, files: list[FileModel], diagnostics: list[Diagnostic], callees: list[UnparsedFile]) -> list[Finding]:
+        """Every rule over the program (`callees`: the files only walked where they are called, parsed
+        when first needed). An internal error is reported (FSDP009) against the file and rule it happened
+        in, and every other file and rule is still checked."""
         from fsdplint.model import Program
 
         try:
-            callee_files = {file for file in files if file.display in callees}
-            programs = [Program(files, callee_files)]
+            programs = [Program(files, callees)]
         except Exception:
             # The model failed on some file: model each file alone (losing only calls across files).
             programs = []
             for file in files:
                 try:
-                    programs.append(Program([file], {file} & callee_files))
+                    programs.append(Program([file]))
                 except Exception as error:
                     diagnostics.append(self._internal_error(file.display, "the semantic model", error))
         findings: list[Finding] = []

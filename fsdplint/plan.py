@@ -34,6 +34,7 @@ _FROM_CLAUSE = re.compile(r"[ \t]*from[ \t]+[.\w]+[ \t]+")
 _CLAUSE = re.compile(r"[ \t]*(\([^)]*\)|[^\n]*(?:\\\n[^\n]*)*)")
 _DOTTED = re.compile(r"\b([A-Za-z_]\w*)((?:[ \t]*\.[ \t]*[A-Za-z_]\w*)+)")
 _DEF = re.compile(r"def[ \t]+(\w+)")
+_DEFINITION = re.compile(r"(?:def|class)[ \t]+(\w+)")
 
 
 @dataclass
@@ -106,6 +107,11 @@ class FileText:
             if match.group(1) in bound:
                 refs.add(match.group(2).rsplit(".", 1)[-1].strip())
         return refs
+
+
+def defined_names(text: str) -> frozenset[str]:
+    """Every name a `def` or `class` of the text may define, at any depth (a word in a string too: more, never less)."""
+    return frozenset(_DEFINITION.findall(text))
 
 
 def _split_names(clause: str) -> Iterable[str]:

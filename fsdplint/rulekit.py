@@ -38,7 +38,9 @@ def forwardless_container(flow: Flow, event: Event) -> str | None:
         kind = made.qname.rsplit(".", 1)[-1]
         return kind if kind in FORWARDLESS_CONTAINERS else None
     if module.ref is not None and module.ref.path:
-        assigned = set().union(*(file.attribute_types.get(module.ref.path[-1], set()) for file in flow.program.files))
+        attribute = module.ref.path[-1]
+        files = flow.program.files_with(attribute) if attribute.isidentifier() else []
+        assigned = set().union(*(file.attribute_types.get(attribute, set()) for file in files))
         if len(assigned) == 1 and next(iter(assigned)) in FORWARDLESS_CONTAINERS:
             return next(iter(assigned))
     return None

@@ -5,21 +5,14 @@ from typing import Iterable
 from fsdplint import distributed
 from fsdplint.rule import Finding, FixAvailability, Rule, Severity
 
-# Calls that choose this process's device, or try to (FSDP305 reports the ones that do not);
-# `init_device_mesh` sets it from LOCAL_RANK while CUDA is not yet initialized.
-_DEVICE_CHOICES = frozenset({
-    "torch.cuda.set_device", "torch.accelerator.set_device_index", "torch.cuda.device", "torch.accelerator.device_index",
-    "torch.distributed.device_mesh.init_device_mesh",
-})
-
 
 class NoDevicePerProcess(Rule):
     """
     ## What it does
     Finds `init_process_group("nccl")` in a script that never chooses a GPU for its process: no
     `torch.cuda.set_device(local_rank)`, `torch.accelerator.set_device_index`, `device_id=`,
-    `init_device_mesh`, or device built from a rank (`torch.device("cuda", local_rank)`,
-    `model.cuda(local_rank)`).
+    `init_device_mesh`, accelerate's `Accelerator()` (which sets the device itself), or device built
+    from a rank (`torch.device("cuda", local_rank)`, `model.cuda(local_rank)`).
 
     ## Why is this bad?
     Every process starts on GPU 0. With one process per GPU, all of them allocate on GPU 0 and NCCL
@@ -27,7 +20,8 @@ class NoDevicePerProcess(Rule):
     on CUDA device`. The other GPUs stay idle.
 
     Only whole scripts are checked (a file's top level and what it calls, or a function started by
-    `torch.multiprocessing.spawn`), since a caller fsdplint cannot see may choose the device. Scripts
+    `torch.multiprocessing.spawn`), since a caller fsdplint cannot see may choose the device; so is a
+    constructor of the script's own classes other than modules (`Trainer(...)`). Scripts
     that set `CUDA_VISIBLE_DEVICES` per process, call a helper of their own that names a device
     (`get_device(...)`), run a single process (`world_size=1`), or use gloo are not reported.
 
@@ -68,6 +62,8 @@ class NoDevicePerProcess(Rule):
             events = list(flow.of_kind(CALL, METHOD))
             if any("CUDA_VISIBLE_DEVICES" in file.source.text for file in {event.file.display: event.file for event in events}.values()):
                 continue
+            if _builds_setup_object(flow):
+                continue
             choices = [event for event in events if _chooses_device(event)]
             for event in events:
                 if any(not choice.exclusive(event) for choice in choices):
@@ -77,6 +73,18 @@ class NoDevicePerProcess(Rule):
                                   "NCCL process group, but this process never chooses its GPU: every rank works on GPU 0 "
                                   "(`Duplicate GPU detected`); call `torch.cuda.set_device(int(os.environ[\"LOCAL_RANK\"]))` "
                                   "before it, or pass `device_id=`")
+
+
+def _builds_setup_object(flow) -> bool:
+    """The script builds an object of a class of the run that is not known to be a module (a trainer,
+    an evaluator): its constructor, which the walk does not follow, may choose the device."""
+    from fsdplint.model import CALL, CALL_VALUE
+
+    for event in flow.of_kind(CALL, CALL_VALUE):
+        found = flow.program.class_of(event.file, event.node.func)
+        if found is not None and not flow.program.is_module_class(*found):
+            return True
+    return False
 
 
 def _single_process(event) -> bool:
@@ -96,7 +104,7 @@ def _chooses_device(event) -> bool:
     from fsdplint.model import CALL, METHOD
     from fsdplint.rulekit import argument, device_arguments
 
-    if event.kind == CALL and event.qname in _DEVICE_CHOICES:
+    if event.kind == CALL and event.qname in distributed.DEVICE_CHOOSING_CALLS:
         return True
     callee = event.method if event.kind == METHOD else event.qname
     if not distributed.is_torch_name(event.qname or "") and "device" in (callee or "").lower():
@@ -107,8 +115,12 @@ def _chooses_device(event) -> bool:
     indices = {id(arg.value) for arg in event.node.args[event.qname == "torch.device":]}
     is_cuda = isinstance(event.node.func, cst.Attribute) and event.node.func.attr.value == "cuda"
     for node, value in device_arguments(event):
-        if isinstance(node, (cst.Integer, cst.SimpleString)):
+        # `f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"`: either arm may be the device
+        arms = [node.body, node.orelse] if isinstance(node, cst.IfExp) else [node]
+        if any(isinstance(arm, cst.FormattedString) for arm in arms):
+            return True
+        if all(isinstance(arm, (cst.Integer, cst.SimpleString)) for arm in arms):
             continue  # the same device on every rank
-        if value.rank is not None or isinstance(node, cst.FormattedString) or (id(node) in indices and (is_cuda or event.qname == "torch.device")):
+        if value.rank is not None or (id(node) in indices and (is_cuda or event.qname == "torch.device")):
             return True
     return False

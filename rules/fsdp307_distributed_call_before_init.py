@@ -78,22 +78,29 @@ class DistributedCallBeforeInit(Rule):
 
         spawned = {id(function.node) for _, _, function in spawns(program)}
         for flow in program.flows:
-            if flow.function is None:
-                if not flow.file.runs_as_script or _imported(flow.file, program) or _imports_a_starter(flow.file, program):
-                    continue
-            elif not (flow.is_entry and id(flow.function.node) in spawned):
+            if flow.function is None and not flow.file.runs_as_script:
                 continue
-            for event in flow.events:
-                verdict = _verdict(flow, event)
-                if verdict == "start":
-                    break  # a group may exist from here on
-                if verdict == "needs" and not _handled(event):
-                    name = event.qname.rsplit(".", 1)[-1]
-                    yield Finding(event.file, event.node,
-                                  f"`{code(event, event.node)}` runs before the process group is initialized{via(event)}: "
-                                  f"`{name}` raises `Default process group has not been initialized`; call it after "
-                                  f"`init_process_group`", related=calls(flow, event))
-                    break  # it raises: nothing after it runs
+            if flow.function is not None and not (flow.is_entry and id(flow.function.node) in spawned):
+                continue
+            event = _first_call_before_init(flow)
+            if event is None or flow.function is None and (_imported(flow.file, program) or _imports_a_starter(flow.file, program)):
+                continue
+            name = event.qname.rsplit(".", 1)[-1]
+            yield Finding(event.file, event.node,
+                          f"`{code(event, event.node)}` runs before the process group is initialized{via(event)}: "
+                          f"`{name}` raises `Default process group has not been initialized`; call it after "
+                          f"`init_process_group`", related=calls(flow, event))
+
+
+def _first_call_before_init(flow):
+    """The first call that raises without a process group, on the flow's way to its first start of one."""
+    for event in flow.events:
+        verdict = _verdict(flow, event)
+        if verdict == "start":
+            return None  # a group may exist from here on
+        if verdict == "needs" and not _handled(event):
+            return event  # it raises: nothing after it runs
+    return None
 
 
 def _verdict(flow, event) -> str | None:
@@ -150,7 +157,7 @@ def _imported(file, program) -> bool:
     """Another checked file imports the module: its top level may run there, after a group started."""
     names = _module_names(file)
     return any(other is not file and any(names & set(target.lstrip(".").split(".")) for target in other.imports.values())
-               for other in program.files)
+               for other in program.files_with(file.module_name.rsplit(".", 1)[-1]))
 
 
 def _imports_a_starter(file, program) -> bool:

@@ -118,7 +118,7 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
 
         calls = [event for flow in program.flows for event in flow.of_kind(CALL)]
         wraps = [event for flow in program.flows for event in flow.shard_events(fsdp=1)]
-        scales = any(name.endswith("ShardedGradScaler") for file in program.files for name in file.imports.values()) \
+        scales = any(name.endswith("ShardedGradScaler") for file in program.files_with("ShardedGradScaler") for name in file.imports.values()) \
             or any(event.qname in _GRAD_SCALERS for event in calls)
         if scales or not wraps:
             return

@@ -349,9 +349,38 @@ dist.destroy_process_group()
     ("", '"nccl", world_size=1, rank=0', "", []),
     ("", '"gloo"', "", []),
     ("", "backend=args.backend", "", []),
+    # either arm of a conditional expression may be the device (awsome-distributed-training)
+    ("", '"nccl"', 'device = torch.device(f"cuda:{os.environ[\'LOCAL_RANK\']}" if torch.cuda.is_available() else "cpu")', []),
+    ("", '"nccl"', 'device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")', [(7, "FSDP301")]),
+    # accelerate's state sets the device of each process (HALOs)
+    ("from accelerate import Accelerator\naccelerator = Accelerator()", '"nccl"', "", []),
 ])
 def test_a_device_chosen_per_process(before, backend, after, expected):
     assert codes(NCCL_SCRIPT.format(before=before, backend=backend, after=after)) == expected
+
+
+@pytest.mark.parametrize("bases, expected", [
+    ("", []), ("(object)", []), ("(Base)", []), ("(torch.nn.Module)", [(13, "FSDP301")]), ("(Block)", [(13, "FSDP301")]),
+])
+def test_a_constructor_of_the_scripts_own_classes_may_choose_the_device(bases, expected):
+    """molmo's `ModelEvaluator(cfg).run()`: the constructor of a class of the run that is not a module
+    is not walked and may set the device; a module's constructor builds layers."""
+    assert codes(f"""
+    import torch
+    import torch.distributed as dist
+    from library import Base
+
+    class Block(torch.nn.Module):
+        pass
+
+    class Evaluator{bases}:
+        def __init__(self, cfg):
+            torch.cuda.set_device(cfg.local_rank)
+
+    dist.init_process_group("nccl")
+    Evaluator(cfg).run()
+    dist.destroy_process_group()
+    """) == expected
 
 
 def test_only_whole_scripts_are_checked_for_a_device_and_for_destroy():

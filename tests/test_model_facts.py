@@ -61,8 +61,17 @@ def test_a_file_parsed_only_for_a_function_it_defines_is_walked_where_called_not
     plan = make_plan(sorted(texts), texts.__getitem__, ("fully_shard",), set(), lambda path: path[:-3])
     (unit,) = plan.units
     assert unit.paths == ("optim.py", "train.py") and unit.callees == ("optim.py",)
-    files = {name: model.build_file_model(SourceFile(Path(name), name, text, "utf-8", False), cst.parse_module(text)) for name, text in texts.items()}
-    program = model.Program(list(files.values()), {files["optim.py"]})
+    sources = {name: SourceFile(Path(name), name, text, "utf-8", False) for name, text in texts.items()}
+    parsed: list[str] = []
+
+    def parse(source):
+        parsed.append(source.display)
+        return model.build_file_model(source, cst.parse_module(source.text))
+
+    files = {"train.py": parse(sources["train.py"])}
+    program = model.Program([files["train.py"]], [model.UnparsedFile(sources["optim.py"], parse)])
+    files["optim.py"] = program.files[1]
+    assert parsed == ["train.py", "optim.py"]  # parsed once, when `main`'s call was resolved
     assert {flow.file.display for flow in program.flows} == {"train.py"}
     # walked where `main` calls it ...
     assert [event.function.name for event in events(flow_of(program, "main"), model.OPTIMIZER)] == ["build_optimizer"]
@@ -71,6 +80,29 @@ def test_a_file_parsed_only_for_a_function_it_defines_is_walked_where_called_not
     assert [event.method for event in events(unused, model.METHOD)] == ["forward"]
     assert program.flow_of(files["optim.py"].functions["unused"]) is unused
     assert program.flows_named("unused") == [unused]
+
+
+def test_a_callee_file_is_parsed_only_when_a_name_it_defines_is_looked_up():
+    """The plan marks `tools.py` a callee file (train.py calls its `build`); the call is behind a name
+    the model cannot resolve to it, so it is never parsed, and asking for its words parses it."""
+    texts = {
+        "tools.py": "import torch\n\ndef build(model):\n    return torch.optim.AdamW(model.parameters())\n",
+        "train.py": "from torch.distributed.fsdp import fully_shard\nimport tools\n\ndef main(model, build):\n"
+                    "    fully_shard(model)\n    optimizer = build(model)\n",
+    }
+    sources = {name: SourceFile(Path(name), name, text, "utf-8", False) for name, text in texts.items()}
+    parsed: list[str] = []
+
+    def parse(source):
+        parsed.append(source.display)
+        return model.build_file_model(source, cst.parse_module(source.text))
+
+    program = model.Program([parse(sources["train.py"])], [model.UnparsedFile(sources["tools.py"], parse)])
+    assert parsed == ["train.py"] and [file.display for file in program.files] == ["train.py"]
+    assert [file.display for file in program.files_with("AdamW")] == ["tools.py"]
+    assert parsed == ["train.py", "tools.py"]
+    assert [function.qualname for function in program.functions_named("build")] == ["build"]
+    assert parsed == ["train.py", "tools.py"]  # once
 
 
 def events(flow: model.Flow, kind: str) -> list[model.Event]:
@@ -741,3 +773,24 @@ def test_a_string_literal_is_the_string_python_reads():
         node = cst.parse_expression(literal)
         assert string_value(node) == node.evaluated_value, literal
 
+
+
+def test_a_method_called_on_an_object_built_in_place_is_walked():
+    """molmo's `ModelEvaluator(cfg).run()`: the method is found by the class that built the receiver,
+    as for `evaluator = ModelEvaluator(cfg); evaluator.run()`."""
+    source = """
+import torch
+
+class Evaluator:
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def run(self, model):
+        return torch.optim.AdamW(model.parameters())
+
+def main(model, cfg):
+    {call}
+"""
+    for call in ("Evaluator(cfg).run(model)", "evaluator = Evaluator(cfg)\n    evaluator.run(model)"):
+        program = program_of(source.format(call=call))
+        assert [event.function.qualname for event in events(flow_of(program, "main"), model.OPTIMIZER)] == ["Evaluator.run"], call

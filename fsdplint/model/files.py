@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import libcst as cst
 from libcst.metadata import CodeRange, PositionProvider
 
 from fsdplint.model.names import FSDP1_WRAPPER, FULLY_SHARD, canonical, dotted_name
 from fsdplint.model.syntax import statements_of, string_value, suites_of
-from fsdplint.plan import module_name_for
+from fsdplint.plan import FileText, defined_names, module_name_for
 from fsdplint.source import SourceFile
 
 
@@ -105,6 +106,23 @@ class FileModel:
             provider._gen_impl(self.module)
             self._positions = provider._computed
         return self._positions[node]
+
+
+@dataclass(eq=False)
+class UnparsedFile:
+    """A file of the run parsed only when the model first needs it: when a name it may define is looked
+    up, or a word its text holds is asked for. Most functions of a callee file are never reached."""
+
+    source: SourceFile
+    parse: Callable[[SourceFile], FileModel | None]  # None where it cannot be parsed (the caller reports why)
+    defines: frozenset[str] = field(init=False)  # the names its `def`s and `class`es may define
+    top_level: frozenset[str] = field(init=False)  # the functions it may define at top level
+    module_name: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.defines = defined_names(self.source.text)
+        self.top_level = frozenset(FileText(self.source.text).exported)
+        self.module_name = module_name_for(self.source.path)
 
 
 def build_file_model(source: SourceFile, module: cst.Module) -> FileModel:

@@ -10,7 +10,7 @@ import libcst as cst
 
 from fsdplint import distributed
 from fsdplint.model.events import Event
-from fsdplint.model.files import FileModel, FunctionInfo
+from fsdplint.model.files import FileModel, FunctionInfo, UnparsedFile
 from fsdplint.model.flow import Flow
 from fsdplint.model.summaries import Summary
 from fsdplint.model.syntax import bound_names, statements_of
@@ -20,21 +20,27 @@ from fsdplint.model.walker import PROGRAM_BUDGET, BudgetExhausted, Walker
 class Program:
     """Every parsed file of the run and the flows built from them."""
 
-    def __init__(self, files: list[FileModel], callees: set[FileModel] | frozenset[FileModel] = frozenset()) -> None:
-        self.files = files
+    def __init__(self, files: list[FileModel], callees: list[UnparsedFile] | tuple[UnparsedFile, ...] = ()) -> None:
+        """Analysis starts at `files`. `callees`: the files the plan found a start may call into, parsed
+        when a name they define is first looked up (`functions_named`, `class_of`) or a word they hold is
+        asked for (`files_with`); their functions are walked where called, and get a flow of their own
+        only when a rule asks for one (`flow_of`, `flows_named`)."""
+        self.files = list(files)  # the parsed files: the starts, then callee files as they are parsed
         self.last_call_id = 0  # each inlined call's own id, for the names of its variables (`save@12:state`)
         self.summaries: dict[tuple, list[Summary]] = {}  # by calling context (summaries.Context.key)
-        self.functions_by_name: dict[str, list[FunctionInfo]] = {}
+        self._functions_by_name: dict[str, list[FunctionInfo]] = {}
+        self._unparsed = {id(unparsed): unparsed for unparsed in callees}
+        self._unparsed_by_name: dict[str, list[UnparsedFile]] = {}
+        for unparsed in callees:
+            for name in unparsed.defines:
+                self._unparsed_by_name.setdefault(name, []).append(unparsed)
         self._bound_counts: dict[int, tuple[cst.CSTNode, Counter[str]]] = {}
         self._resolved: dict[tuple[int, int, int], tuple[cst.CSTNode, FunctionInfo | None]] = {}
-        for file in files:
-            for function in file.functions.values():
-                self.functions_by_name.setdefault(function.name, []).append(function)
+        for file in self.files:
+            self._index(file)
         # Functions before module bodies: when two flows report one node, the first (and shortest
         # "via" chain) is kept.
-        # `callees`: files parsed only for the functions the others call, walked where called and a flow
-        # of their own only when a rule asks for one (`flow_of`, `flows_named`). Analysis starts at the others.
-        starts = [file for file in files if file not in callees]
+        starts = list(files)
         owners = [(file, function) for file in starts for function in file.functions.values()] + [(file, None) for file in starts]
         # The run's budget goes first to the files that import FSDP, whose flows rules report on most.
         self.steps_left = PROGRAM_BUDGET
@@ -79,7 +85,52 @@ class Program:
 
     def flows_named(self, name: str) -> list[Flow]:
         """The flows of the run's functions called `name` (methods included), as `flow_of` gives them."""
-        return [self.flow_of(function) for function in self.functions_by_name.get(name, ())]
+        return [self.flow_of(function) for function in self.functions_named(name)]
+
+    def functions_named(self, name: str) -> list[FunctionInfo]:
+        """The run's functions called `name` (methods included), parsing the callee files that may define one."""
+        self._parse_defining(name)
+        return self._functions_by_name.get(name, [])
+
+    def methods_named(self, class_name: str, method: str) -> list[FunctionInfo]:
+        """The run's methods `class_name.method`, parsing the callee files that may define one."""
+        for unparsed in self._unparsed_by_name.get(method, ()):
+            if class_name in unparsed.defines:
+                self._parse(unparsed)
+        return [function for function in self._functions_by_name.get(method, ()) if function.qualname == f"{class_name}.{method}"]
+
+    def files_with(self, word: str) -> list[FileModel]:
+        """The run's files whose text holds `word`, parsing the callee files that do."""
+        for unparsed in [unparsed for unparsed in self._unparsed.values() if word in unparsed.source.text]:
+            self._parse(unparsed)
+        return [file for file in self.files if word in file.source.text]
+
+    def _parse_defining(self, name: str) -> None:
+        for unparsed in self._unparsed_by_name.pop(name, ()):
+            self._parse(unparsed)
+
+    def _parse_candidates(self, name: str, module: str) -> None:
+        """Parses the callee files `_lookup_qualified` may pick for `module.name`: those of that module
+        defining it at top level, or else the only file of the run that does."""
+        waiting = [unparsed for unparsed in self._unparsed_by_name.get(name, ()) if id(unparsed) in self._unparsed and name in unparsed.top_level]
+        if not waiting:
+            return
+        same_module = [unparsed for unparsed in waiting if _may_define(unparsed.module_name, module)]
+        parsed = [function for function in self._functions_by_name.get(name, ()) if function.qualname == name]
+        for unparsed in same_module or (waiting if len(waiting) + len(parsed) == 1 else ()):
+            self._parse(unparsed)
+
+    def _parse(self, unparsed: UnparsedFile) -> None:
+        if self._unparsed.pop(id(unparsed), None) is None:
+            return  # parsed already, under another of its names
+        file = unparsed.parse(unparsed.source)
+        if file is not None:
+            self.files.append(file)
+            self._index(file)
+
+    def _index(self, file: FileModel) -> None:
+        for function in file.functions.values():
+            self._functions_by_name.setdefault(function.name, []).append(function)
 
     @property
     def exhausted_flows(self) -> list[Flow]:
@@ -131,9 +182,8 @@ class Program:
 
     def _resolve_callable(self, file: FileModel, caller: FunctionInfo | None, func: cst.CSTNode) -> FunctionInfo | None:
         if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "self":
-            if caller and caller.class_name:
-                return file.functions.get(f"{caller.class_name}.{func.attr.value}")
-            return None
+            owner = caller.qualname.rsplit(".", 1)[0] if caller and caller.class_name else None
+            return self.method_of_class(file, owner, func.attr.value) if owner in file.classes else None
         if type(func) is cst.Name:
             name = func.value
             if caller and f"{caller.qualname}.{name}" in file.functions:
@@ -157,17 +207,54 @@ class Program:
             return None
         module, _, name = qualified.rpartition(".")
         module = module.lstrip(".")
-        found = [(other, name) for other in self.files if name in other.classes and _is_module(other, module)]
+        for unparsed in self._unparsed_by_name.get(name, ()):
+            if _is_module(unparsed.module_name, module):
+                self._parse(unparsed)
+        found = [(other, name) for other in self.files if name in other.classes and _is_module(other.module_name, module)]
         return found[0] if len(found) == 1 else None
+
+    def method_of_class(self, file: FileModel, qualname: str, method: str) -> FunctionInfo | None:
+        """`qualname.method`, defined by the class or inherited from the first of its bases (depth
+        first, as Python's method order is for single inheritance) that the run defines it in."""
+        pending, seen = [(file, qualname)], set()
+        while pending:
+            file, qualname = pending.pop(0)
+            if (id(file), qualname) in seen:
+                continue
+            seen.add((id(file), qualname))
+            function = file.functions.get(f"{qualname}.{method}")
+            if function is not None:
+                return function
+            bases = [self.class_of(file, base.value) for base in file.classes[qualname].bases]
+            pending[:0] = [base for base in bases if base is not None]
+        return None
+
+    def is_module_class(self, file: FileModel, qualname: str) -> bool | None:
+        """The class derives from `nn.Module`, through the run's classes; None where a base is none of them."""
+        pending, seen = [(file, qualname)], set()
+        while pending:
+            file, qualname = pending.pop()
+            if (id(file), qualname) in seen:
+                continue
+            seen.add((id(file), qualname))
+            for base in file.classes[qualname].bases:
+                if file.qualify(base.value) == "torch.nn.Module":
+                    return True
+                found = self.class_of(file, base.value)
+                if found is None:
+                    return None
+                pending.append(found)
+        return False
 
     def _lookup_qualified(self, qualified: str, importer: FileModel) -> FunctionInfo | None:
         if distributed.is_torch_name(qualified):
             return None  # torch's own (`torch.distributed.get_rank`), never a function of the checked files
         module, _, name = qualified.rpartition(".")
-        candidates = [f for f in self.functions_by_name.get(name, ()) if f.qualname == name]
         relative = module.startswith(".")
         module = module.lstrip(".")
-        same_module = [f for f in candidates if _is_module(f.file, module) or module and f.file.module_name.split(".")[-1] == module.split(".")[-1]]
+        self._parse_candidates(name, module)
+        candidates = [f for f in self._functions_by_name.get(name, ()) if f.qualname == name]
+        same_module = [f for f in candidates if _may_define(f.file.module_name, module)]
         if len(same_module) > 1:
             # Two scripts' folders each with a `tp.py` (gpt-fast): a script imports the one beside it,
             # its own folder being first on its path.
@@ -184,7 +271,13 @@ class Program:
         return candidate if relative or module.split(".")[0] in Path(candidate.file.source.path).resolve().parts else None
 
 
-def _is_module(file: FileModel, module: str) -> bool:
-    """`module`, as an import spells it (without its leading dots), is `file`'s module: the same, or one
-    of the two a package-qualified form of the other."""
-    return bool(module) and (file.module_name == module or file.module_name.endswith("." + module) or module.endswith("." + file.module_name))
+def _is_module(module_name: str, module: str) -> bool:
+    """`module`, as an import spells it (without its leading dots), is the module `module_name`: the
+    same, or one of the two a package-qualified form of the other."""
+    return bool(module) and (module_name == module or module_name.endswith("." + module) or module.endswith("." + module_name))
+
+
+def _may_define(module_name: str, module: str) -> bool:
+    """A function imported from `module` may be defined in the module `module_name`: it is that module,
+    or the two end in the same name (`from utils import f` for `pkg/utils.py`)."""
+    return _is_module(module_name, module) or bool(module) and module_name.split(".")[-1] == module.split(".")[-1]

@@ -769,7 +769,7 @@ class Walker:
         callee = self.flow.program.resolve_function(self.file, self.function, node)
         if callee is None:
             callee = self.method_of_instance(func, receiver)
-            if callee is not None:  # still a method call on a tracked value, as rules read it (`model.forward(x)`)
+            if callee is not None and receiver.ref is not None:  # still a method call on a tracked value, as rules read it (`model.forward(x)`)
                 self.emit(METHOD, node, targets=(receiver.ref,), method=func.attr.value, **common)
         if callee is not None:
             return self.inline(callee, node, args, kwargs, receiver, statement, parents)
@@ -859,15 +859,23 @@ class Walker:
         return bool(flowing) and ("optim" in name or name.endswith(("adam", "adamw", "sgd")))
 
     def method_of_instance(self, func: cst.BaseExpression, receiver: Value) -> FunctionInfo | None:
-        """`trainer.save(...)` where `trainer = Trainer(...)` and this run defines `Trainer.save`."""
-        if not type(func) is cst.Attribute or receiver.ref is None or receiver.ref.path:
+        """`trainer.save(...)` where `trainer = Trainer(...)`, or `Trainer(...).save()`, and this run
+        defines `Trainer.save`."""
+        if not type(func) is cst.Attribute:
             return None
-        self.flow.consulted.append(receiver.ref.root)
-        built_by = self.flow.origin(receiver, len(self.flow.events))
+        if receiver.ref is None:
+            built_by = receiver.event if type(func.value) is cst.Call else None
+        elif receiver.ref.path:
+            return None
+        else:
+            self.flow.consulted.append(receiver.ref.root)
+            built_by = self.flow.origin(receiver, len(self.flow.events))
         if built_by is None or built_by.kind not in (CALL, CALL_VALUE) or not type(built_by.node) is cst.Call:
             return None
-        qualname = f"{(dotted_name(built_by.node.func) or '').rsplit('.', 1)[-1]}.{func.attr.value}"
-        candidates = [f for f in self.flow.program.functions_by_name.get(func.attr.value, ()) if f.qualname == qualname]
+        found = self.flow.program.class_of(built_by.file, built_by.node.func)
+        if found is not None:
+            return self.flow.program.method_of_class(*found, func.attr.value)
+        candidates = self.flow.program.methods_named((dotted_name(built_by.node.func) or "").rsplit(".", 1)[-1], func.attr.value)
         return candidates[0] if len(candidates) == 1 else None
 
     def call_value(self, node: cst.Call, args: tuple[Value, ...], kwargs: dict[str, Value], statement: cst.CSTNode, parents: tuple) -> Value:
