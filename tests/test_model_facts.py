@@ -794,3 +794,32 @@ def main(model, cfg):
     for call in ("Evaluator(cfg).run(model)", "evaluator = Evaluator(cfg)\n    evaluator.run(model)"):
         program = program_of(source.format(call=call))
         assert [event.function.qualname for event in events(flow_of(program, "main"), model.OPTIMIZER)] == ["Evaluator.run"], call
+
+
+def test_a_method_inherited_from_a_base_class_of_the_run_is_walked():
+    """cosmos-rl's `net.fully_shard(mesh)`, defined by the base class of `net`'s class; `self.shard()`
+    inside the subclass reaches it the same way. The class's own method comes first."""
+    source = """
+import torch
+from torch.distributed.fsdp import fully_shard
+
+class Base(torch.nn.Module):
+    def shard(self, mesh):
+        for block in self.blocks:
+            fully_shard(block, mesh=mesh)
+
+class Net(Base):
+    def build(self, mesh):
+        self.shard(mesh)
+
+class Own(Base):
+    def shard(self, mesh):
+        pass
+
+def main(mesh):
+    {call}
+"""
+    for call, expected in [("Net().shard(mesh)", ["Base.shard"]), ("net = Net()\n    net.shard(mesh)", ["Base.shard"]),
+                           ("Net().build(mesh)", ["Base.shard"]), ("Own().shard(mesh)", [])]:
+        program = program_of(source.format(call=call))
+        assert [event.function.qualname for event in events(flow_of(program, "main"), model.SHARD)] == expected, call
