@@ -236,12 +236,14 @@ class Engine:
         for unit in missing:
             for display in unit.paths:
                 text_of(display)
-        for unit, found in self._run_units(missing, sources, pool=True, total_files=len(facts) + len(problems)):
+        parsed = 0
+        for unit, found, unit_parsed in self._run_units(missing, sources, pool=True, total_files=len(facts) + len(problems)):
             cache.save_result(keys[unit], [_to_record(d) for d in found])
             diagnostics += found
+            parsed += unit_parsed
         cache.save_index(index)
         return Result(diagnostics=sorted(problems + diagnostics, key=Diagnostic.sort_key), sources=sources, original=dict(sources), plan=plan,
-                      files_read=len(sources) + len(problems), files_parsed=sum(len(u.paths) for u in missing if u.parse), files_cached=cached_files)
+                      files_read=len(sources) + len(problems), files_parsed=parsed, files_cached=cached_files)
 
     def index_key(self) -> str:
         """What the file index depends on: the tokens it records."""
@@ -276,8 +278,12 @@ class Engine:
     def _analyze(self, sources: dict[str, SourceFile], pool: bool) -> tuple[list[Diagnostic], int]:
         paths = {display: source.path for display, source in sources.items()}
         plan = self._plan(list(sources), lambda display: sources[display].text, {d for d, s in sources.items() if may_hold_our_noqa(s.text)}, paths)
-        diagnostics = [d for _, found in self._run_units(plan.units, sources, pool=pool, total_files=len(sources)) for d in found]
-        return diagnostics, len(plan.parsed)
+        diagnostics: list[Diagnostic] = []
+        parsed = 0
+        for _, found, unit_parsed in self._run_units(plan.units, sources, pool=pool, total_files=len(sources)):
+            diagnostics += found
+            parsed += unit_parsed
+        return diagnostics, parsed
 
     def _plan(self, displays: list[str], text_of, noqa_candidates: set[str], paths: dict[str, Path], is_entry=None) -> Plan:
         if not self.prefilter:
@@ -285,22 +291,23 @@ class Engine:
         modules = _ModuleNames()
         return make_plan(sorted(displays), text_of, self.triggers, noqa_candidates, lambda display: modules(paths[display]), is_entry)
 
-    def _run_units(self, units: list[Unit], sources: dict[str, SourceFile], pool: bool, total_files: int) -> Iterable[tuple[Unit, list[Diagnostic]]]:
-        """Each unit's diagnostics; in worker processes when there is much to parse and no fix needs the trees.
-        Files in no unit here (served from the cache, or holding nothing to analyze) count as analyzed."""
+    def _run_units(self, units: list[Unit], sources: dict[str, SourceFile], pool: bool, total_files: int) -> Iterable[tuple[Unit, list[Diagnostic], int]]:
+        """Each unit's diagnostics and how many of its files were parsed; in worker processes when there is
+        much to parse and no fix needs the trees. Files in no unit here (served from the cache, or holding
+        nothing to analyze) count as analyzed."""
         done = total_files - sum(len(unit.paths) for unit in units)
         self.progress(done, total_files)
-        for unit, found in self._analyzed_units(units, sources, pool):
-            yield unit, found
+        for unit, found, parsed in self._analyzed_units(units, sources, pool):
+            yield unit, found, parsed
             done += len(unit.paths)
             self.progress(done, total_files)
 
-    def _analyzed_units(self, units: list[Unit], sources: dict[str, SourceFile], pool: bool) -> Iterable[tuple[Unit, list[Diagnostic]]]:
+    def _analyzed_units(self, units: list[Unit], sources: dict[str, SourceFile], pool: bool) -> Iterable[tuple[Unit, list[Diagnostic], int]]:
         size = sum(len(sources[display].text) for unit in units if unit.parse for display in unit.paths)
         workers = min(self.jobs, sum(unit.parse for unit in units))
         if not pool or workers < 2 or size < POOL_MIN_BYTES:
             for unit in units:
-                yield unit, self.analyze_unit(unit, sources)
+                yield unit, *self.analyze_unit(unit, sources)
             return
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -312,17 +319,21 @@ class Engine:
                                  initargs=(self.ruleset, sorted(self.selected_codes), self.settings)) as pool:
             futures = [(unit, pool.submit(_analyze_in_worker, unit, {d: sources[d] for d in unit.paths})) for unit in order]
             for unit, future in futures:
-                yield unit, [_from_record(item) for item in future.result()]
+                records, parsed = future.result()
+                yield unit, [_from_record(item) for item in records], parsed
 
-    def analyze_unit(self, unit: Unit, sources: dict[str, SourceFile]) -> list[Diagnostic]:
-        """The suppressed diagnostics of one unit: a program built from its files, or its `# noqa` comments."""
+    def analyze_unit(self, unit: Unit, sources: dict[str, SourceFile]) -> tuple[list[Diagnostic], int]:
+        """The suppressed diagnostics of one unit (a program built from its files, or its `# noqa`
+        comments), and how many of its files were parsed."""
         unit_sources = {display: sources[display] for display in unit.paths}
         diagnostics: list[Diagnostic] = []
+        parsed: list[str] = []
         if unit.parse:
             with _without_cyclic_gc():
                 from fsdplint.model import UnparsedFile
 
                 def parse(source: SourceFile) -> FileModel | None:
+                    parsed.append(source.display)
                     return self._parse(source, diagnostics)
 
                 # The callee files are parsed when the model first needs them (most of their functions
@@ -332,7 +343,7 @@ class Engine:
                 if starts:
                     findings = self._run_rules(starts, diagnostics, [UnparsedFile(sources[path], parse) for path in unit.callees])
                     diagnostics += self._to_diagnostics(findings, diagnostics)
-        return self._suppress(unit_sources, diagnostics)
+        return self._suppress(unit_sources, diagnostics), len(parsed)
 
     def _parse(self, source: SourceFile, errors: list[Diagnostic]) -> FileModel | None:
         """The file's model, or None with the reason added to `errors`."""
@@ -705,5 +716,6 @@ def _start_worker(ruleset: RuleSet, codes: list[str], settings: Settings) -> Non
     _worker_engine = Engine(ruleset, [ruleset.by_code[code] for code in codes], settings, jobs=1)
 
 
-def _analyze_in_worker(unit: Unit, sources: dict[str, SourceFile]) -> list[dict]:
-    return [_to_record(d) for d in _worker_engine.analyze_unit(unit, sources)]
+def _analyze_in_worker(unit: Unit, sources: dict[str, SourceFile]) -> tuple[list[dict], int]:
+    diagnostics, parsed = _worker_engine.analyze_unit(unit, sources)
+    return [_to_record(d) for d in diagnostics], parsed
