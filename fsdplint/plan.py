@@ -4,13 +4,14 @@ A file is an entry, where analysis starts, when it holds a trigger token of a se
 torch.distributed or FSDP (`distributed.DISTRIBUTED_MARKERS`): a function that merely happens to be
 called `get_rank` does not make one. A file is parsed when it is an entry, or when the model could
 reach it from one: it calls (under any alias, through any number of files) a function whose body holds
-a trigger token (a trainer calling its parallelize function), or it defines a function that a parsed
-file calls (an optimizer built by a helper). Such a callee file is only summarized where it is
-called: its functions are no flows of their own (`Unit.callees`). Across files, the model resolves only calls of functions
-whose qualified name is their name (not methods, not nested functions), through an import
-(`from m import f`, `import m; m.f()`); `fsdplint.model.Program` also shares what a class shards on
-`self` between files of the same module name. So two parsed files belong to one group when one imports
-a name the other defines at top level, or they have the same module name; each group is one program.
+a trigger token (a trainer calling its parallelize function), or it defines a function or class that a
+parsed file uses (an optimizer built by a helper, a method inherited from a base class). Such a callee
+file is parsed when the model first needs it and walked where it is called: its functions are no flows
+of their own (`Unit.callees`). Across files, the model resolves calls of functions whose qualified name
+is their name (not nested functions), and methods of the classes defined at top level, through an
+import (`from m import f`, `import m; m.f()`); `fsdplint.model.Program` also shares what a class shards
+on `self` between files of the same module name. So two found files belong to one group when one
+imports a name the other defines at top level, or they have the same module name; each group is one program.
 A group's findings depend on its files only, which is what lets the cache key them by their contents.
 
 Nothing here imports libcst.
@@ -33,7 +34,6 @@ _IMPORT_KEYWORD = re.compile(r"import\b")
 _FROM_CLAUSE = re.compile(r"[ \t]*from[ \t]+[.\w]+[ \t]+")
 _CLAUSE = re.compile(r"[ \t]*(\([^)]*\)|[^\n]*(?:\\\n[^\n]*)*)")
 _DOTTED = re.compile(r"\b([A-Za-z_]\w*)((?:[ \t]*\.[ \t]*[A-Za-z_]\w*)+)")
-_DEF = re.compile(r"def[ \t]+(\w+)")
 _DEFINITION = re.compile(r"(?:def|class)[ \t]+(\w+)")
 
 
@@ -43,20 +43,33 @@ class FileText:
 
     text: str
 
-    @cached_property
+    @property
     def exported(self) -> dict[str, str]:
-        """Functions the model can resolve from another file (qualified name == name) -> their text.
+        """Functions the model can resolve from another file (qualified name == name) -> their text."""
+        return self._top_level[0]
 
-        A line scanner over indentation: a `def` is exported unless a `def` or `class` encloses it.
-        A line of a multi-line string can only end a block early, which exports more, never less.
+    @property
+    def classes(self) -> set[str]:
+        """Classes the model can resolve from another file: those defined at top level."""
+        return self._top_level[1]
+
+    @cached_property
+    def _top_level(self) -> tuple[dict[str, str], set[str]]:
+        """The exported functions with their text, and the top-level classes.
+
+        A line scanner over indentation: a `def` or `class` is exported unless a `def` or `class`
+        encloses it. A line of a multi-line string can only end a block early, which exports more, never less.
         """
         functions: dict[str, str] = {}
+        classes: set[str] = set()
         stack: list[tuple[int, str, str, int, bool]] = []  # indent, kind, name, start, exported
 
         def close(entry: tuple[int, str, str, int, bool], end: int) -> None:
             _, kind, name, start, exported = entry
             if kind == "def" and exported:
                 functions[name] = functions.get(name, "") + self.text[start:end]
+            elif exported:
+                classes.add(name)
 
         for line in _LINE.finditer(self.text):
             indent = len(line.group(1).expandtabs())
@@ -68,7 +81,7 @@ class FileText:
                 stack.append((indent, header.group(1), header.group(2), line.start(), exported))
         while stack:
             close(stack.pop(), len(self.text))
-        return functions
+        return functions, classes
 
     @property
     def imported(self) -> set[str]:
@@ -197,11 +210,12 @@ def make_plan(
         every = _words(reaching)
         pending = {name for path in callers for name, body in info(path).exported.items() if every.search(body)} - reaching
         reaching |= pending
-    # Callees, to a fixed point: files defining a function some parsed file may call.
+    # Callees, to a fixed point: files defining a function some parsed file may call, or a class whose
+    # methods it may call (`Net().shard(mesh)`, inherited from a base class of another file).
     defined_in: dict[str, list[str]] = {}
     for path in paths:
         if path not in parsed:
-            for name in set(_DEF.findall(info(path).text)):
+            for name in defined_names(info(path).text):
                 defined_in.setdefault(name, []).append(path)
     wanted = {name for path in parsed for name in info(path).references}
     seen: set[str] = set()
@@ -210,7 +224,7 @@ def make_plan(
         name = min(wanted - seen)
         seen.add(name)
         for path in defined_in.get(name, ()):
-            if path not in parsed and name in info(path).exported:
+            if path not in parsed and (name in info(path).exported or name in info(path).classes):
                 parsed.add(path)
                 wanted |= info(path).references
     return Plan(_group(sorted(parsed), info, module_name, parsed - starts) + [Unit((path,), parse=False) for path in sorted(noqa_candidates - parsed)])
@@ -231,7 +245,7 @@ def _group(paths: list[str], info: Callable[[str], FileText], module_name: Calla
     exporters: dict[str, list[str]] = {}
     by_module: dict[str, str] = {}
     for path in paths:
-        for name in info(path).exported:
+        for name in (*info(path).exported, *info(path).classes):
             exporters.setdefault(name, []).append(path)
         module = module_name(path)
         if module in by_module:

@@ -62,13 +62,12 @@ class NoDevicePerProcess(Rule):
             events = list(flow.of_kind(CALL, METHOD))
             if any("CUDA_VISIBLE_DEVICES" in file.source.text for file in {event.file.display: event.file for event in events}.values()):
                 continue
-            if _builds_setup_object(flow):
-                continue
             choices = [event for event in events if _chooses_device(event)]
             for event in events:
                 if any(not choice.exclusive(event) for choice in choices):
                     continue  # a device chosen on the path of this initialization (not in another arm of a dispatch)
-                if event.qname == "torch.distributed.init_process_group" and "nccl" in (process_group_backend(event) or "") and not _single_process(event):
+                if event.qname == "torch.distributed.init_process_group" and "nccl" in (process_group_backend(event) or "") \
+                        and not _single_process(event) and not _builds_setup_object(flow):
                     yield Finding(event.file, event.node,
                                   "NCCL process group, but this process never chooses its GPU: every rank works on GPU 0 "
                                   "(`Duplicate GPU detected`); call `torch.cuda.set_device(int(os.environ[\"LOCAL_RANK\"]))` "

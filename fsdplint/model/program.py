@@ -83,9 +83,15 @@ class Program:
             flow = self._flows_by_function[id(function.node)] = self._build_flow(function.file, function)
         return flow
 
-    def flows_named(self, name: str) -> list[Flow]:
-        """The flows of the run's functions called `name` (methods included), as `flow_of` gives them."""
-        return [self.flow_of(function) for function in self.functions_named(name)]
+    def flows_named(self, name: str, mentioning: str | None = None) -> list[Flow]:
+        """The flows of the run's functions called `name` (methods included), as `flow_of` gives them;
+        only those of files whose text holds `mentioning`, when given (what a function must name to do
+        what the rule asks about: only those files are parsed for it)."""
+        for unparsed in self._unparsed_by_name.get(name, ()) if mentioning is not None else ():
+            if mentioning in unparsed.source.text:
+                self._parse(unparsed)
+        functions = self.functions_named(name) if mentioning is None else self._functions_by_name.get(name, [])
+        return [self.flow_of(function) for function in functions if mentioning is None or mentioning in function.file.source.text]
 
     def functions_named(self, name: str) -> list[FunctionInfo]:
         """The run's functions called `name` (methods included), parsing the callee files that may define one."""
