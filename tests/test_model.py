@@ -96,6 +96,36 @@ def test_cross_file_flow_and_caller_without_trigger_token(tmp_path: Path):
     assert found == [("train.py", 7, "FSDP104"), ("train.py", 9, "FSDP103")]
 
 
+def test_a_method_inherited_from_a_class_of_another_file_is_walked(tmp_path: Path):
+    """cosmos-rl: `net.fully_shard(mesh)` is defined by the base class, in another module, and shards
+    every block before the root is; the base file defines no function, only the class."""
+    (tmp_path / "base.py").write_text(textwrap.dedent("""
+        from torch import nn
+        from torch.distributed.fsdp import fully_shard
+
+        class Base(nn.Module):
+            def shard_blocks(self, mesh):
+                for block in self.blocks:
+                    fully_shard(block, mesh=mesh)
+    """))
+    build = textwrap.dedent("""
+        from torch.distributed.fsdp import fully_shard
+        from base import Base
+
+        class Net(Base):
+            pass
+
+        def build(mesh, x):
+            net = Net()
+            {call}
+            fully_shard(net, mesh=mesh)
+            net(x).sum().backward()
+    """)
+    for call, expected in [("net.shard_blocks(mesh)", []), ("pass", [("build.py", 11, "FSDP101")])]:
+        (tmp_path / "build.py").write_text(build.format(call=call))
+        assert sorted((Path(d.path).name, d.line, d.code) for d in check_paths([tmp_path])) == expected, call
+
+
 def test_near_misses_stay_silent():
     assert codes("""
     import torch
