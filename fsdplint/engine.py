@@ -350,6 +350,7 @@ class Engine:
         import libcst as cst
 
         from fsdplint.model import build_file_model
+        from fsdplint.model.syntax import parse_module
 
         path = source.display
         if len(source.text) > MAX_PARSE_CHARS:
@@ -360,7 +361,7 @@ class Engine:
             errors.append(self._file_problem(path, "FSDP001", python_error))
             return None
         try:
-            module = cst.parse_module(source.text)
+            module = parse_module(source.text)
         except cst.ParserSyntaxError as error:
             if python_error is None:
                 # Valid Python that libcst cannot parse (e.g. a line continuation at the end of

@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 
 import libcst as cst
+import pytest
 
 from fsdplint import model
 from fsdplint.plan import make_plan
@@ -823,3 +824,14 @@ def main(mesh):
                            ("Net().build(mesh)", ["Base.shard"]), ("Own().shard(mesh)", [])]:
         program = program_of(source.format(call=call))
         assert [event.function.qualname for event in events(flow_of(program, "main"), model.SHARD)] == expected, call
+
+
+def test_files_are_parsed_without_node_validation_and_nodes_built_after_are_still_validated():
+    from fsdplint.model.syntax import parse_module
+
+    text = "import torch\nif not(x):\n    model = torch.nn.Linear(2, 2)  # kept\n"
+    assert parse_module(text).deep_equals(cst.parse_module(text)) and parse_module(text).code == text
+    with pytest.raises(cst.ParserSyntaxError):
+        parse_module("def f(:\n")
+    with pytest.raises(cst.CSTValidationError):  # restored, after a success and after a failure
+        cst.UnaryOperation(operator=cst.Not(whitespace_after=cst.SimpleWhitespace("")), expression=cst.Name("x"))
