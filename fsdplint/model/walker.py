@@ -62,7 +62,6 @@ from fsdplint.model.syntax import (
     no_statements,
     patched_names,
     returned_names,
-    statements_of,
     string_default,
     string_value,
     subexpressions,
