@@ -336,13 +336,13 @@ class Engine:
                     parsed.append(source.display)
                     return self._parse(source, diagnostics)
 
-                # The callee files are parsed when the model first needs them (most of their functions
-                # are never reached); a problem found then is reported like a start's.
+                # Files are parsed when the model first needs them: a start when the budget reaches it, a
+                # callee file when a name it defines is looked up (most of their functions are never
+                # reached). A problem found then is reported as ever.
                 callees = set(unit.callees)
-                starts = [file for file in (parse(sources[path]) for path in unit.paths if path not in callees) if file is not None]
-                if starts:
-                    findings = self._run_rules(starts, diagnostics, [UnparsedFile(sources[path], parse) for path in unit.callees])
-                    diagnostics += self._to_diagnostics(findings, diagnostics)
+                starts = [UnparsedFile(sources[path], parse) for path in unit.paths if path not in callees]
+                findings = self._run_rules(starts, diagnostics, [UnparsedFile(sources[path], parse) for path in unit.callees])
+                diagnostics += self._to_diagnostics(findings, diagnostics)
         return self._suppress(unit_sources, diagnostics), len(parsed)
 
     def _parse(self, source: SourceFile, errors: list[Diagnostic]) -> FileModel | None:
@@ -398,7 +398,7 @@ class Engine:
         where = f" (at {Path(frame.filename).name}:{frame.lineno})" if frame else ""
         return self._file_problem(path, "FSDP009", f"{what} failed on this file: {type(error).__name__}: {error}{where}")
 
-    def _run_rules(self, files: list[FileModel], diagnostics: list[Diagnostic], callees: list[UnparsedFile]) -> list[Finding]:
+    def _run_rules(self, files: list[UnparsedFile], diagnostics: list[Diagnostic], callees: list[UnparsedFile]) -> list[Finding]:
         """Every rule over the program (`callees`: the files only walked where they are called, parsed
         when first needed). An internal error is reported (FSDP009) against the file and rule it happened
         in, and every other file and rule is still checked."""
@@ -413,9 +413,13 @@ class Engine:
                 try:
                     programs.append(Program([file]))
                 except Exception as error:
-                    diagnostics.append(self._internal_error(file.display, "the semantic model", error))
+                    diagnostics.append(self._internal_error(file.source.display, "the semantic model", error))
         findings: list[Finding] = []
         for program in programs:
+            for start in program.unanalyzed:
+                diagnostics.append(self._file_problem(start.source.display, "FSDP006", "the analysis budget of the files checked with this one "
+                                                      "was spent before this file was reached: its facts are unknown and no rule "
+                                                      "reports on it", 1, 1, start.source.text.splitlines()[:1]))
             for flow in program.exhausted_flows:
                 line = flow.file.position(flow.function.node).start.line if flow.function else 1
                 where = f"`{flow.function.qualname}`" if flow.function else "the module body"

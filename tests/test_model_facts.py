@@ -553,6 +553,28 @@ def test_functions_skipped_for_the_programs_budget_are_one_note_per_file(monkeyp
         ("FSDP006", "the analysis budget of the files checked with this one was spent before 2 of this file's bodies (functions or the module) were analyzed")]
 
 
+def test_a_start_the_programs_budget_never_reaches_is_not_parsed(monkeypatch):
+    from fsdplint.model import program as program_module
+
+    texts = {
+        "helpers.py": "import torch.distributed as dist\n\ndef sync():\n    dist.barrier()\n",
+        "train.py": "from torch.distributed.fsdp import fully_shard\n\ndef main(model):\n    fully_shard(model)\n    model.forward(1)\n",
+    }
+    parsed: list[str] = []
+
+    def parse(source):
+        parsed.append(source.display)
+        return model.build_file_model(source, cst.parse_module(source.text))
+
+    starts = [model.UnparsedFile(SourceFile(Path(name), name, text, "utf-8", False), parse) for name, text in texts.items()]
+    monkeypatch.setattr(program_module, "PROGRAM_BUDGET", 3)
+    program = model.Program(starts)
+    assert parsed == ["train.py"]  # the file that mentions FSDP first; its function's 3 expressions spend the budget
+    assert [start.source.display for start in program.unanalyzed] == ["helpers.py"]
+    assert [(flow.file.display, flow.skipped) for flow in program.flows] == [("train.py", False), ("train.py", True)]
+    assert model.Program(starts).files == program.files and parsed == ["train.py"]  # a file is parsed once
+
+
 def test_a_flag_set_true_and_false_in_the_arms_of_a_rank_test_holds_where_its_true_arm_runs():
     flow = flow_of(program_of("""
 import torch.distributed as dist

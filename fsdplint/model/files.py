@@ -118,11 +118,18 @@ class UnparsedFile:
     defines: frozenset[str] = field(init=False)  # the names its `def`s and `class`es may define
     top_level: frozenset[str] = field(init=False)  # the functions it may define at top level
     module_name: str = field(init=False)
+    _loaded: tuple[FileModel | None] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.defines = defined_names(self.source.text)
         self.top_level = frozenset(FileText(self.source.text).exported)
         self.module_name = module_name_for(self.source.path)
+
+    def load(self) -> FileModel | None:
+        """The file's model, parsed on the first call only (None where it cannot be parsed)."""
+        if self._loaded is None:
+            self._loaded = (self.parse(self.source),)
+        return self._loaded[0]
 
 
 def build_file_model(source: SourceFile, module: cst.Module) -> FileModel:

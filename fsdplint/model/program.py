@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from collections import Counter
 from pathlib import Path
+from typing import Sequence
 
 import libcst as cst
 
@@ -20,33 +21,56 @@ from fsdplint.model.walker import PROGRAM_BUDGET, BudgetExhausted, Walker
 class Program:
     """Every parsed file of the run and the flows built from them."""
 
-    def __init__(self, files: list[FileModel], callees: list[UnparsedFile] | tuple[UnparsedFile, ...] = ()) -> None:
-        """Analysis starts at `files`. `callees`: the files the plan found a start may call into, parsed
-        when a name they define is first looked up (`functions_named`, `class_of`) or a word they hold is
-        asked for (`files_with`); their functions are walked where called, and get a flow of their own
-        only when a rule asks for one (`flow_of`, `flows_named`)."""
-        self.files = list(files)  # the parsed files: the starts, then callee files as they are parsed
+    def __init__(self, files: Sequence[FileModel | UnparsedFile], callees: Sequence[UnparsedFile] = ()) -> None:
+        """Analysis starts at `files`, parsed (an UnparsedFile) when the run's budget reaches them: a
+        file the budget never reaches is never parsed (`unanalyzed`). `callees`: the files the plan found
+        a start may call into, parsed when a name they define is first looked up (`functions_named`,
+        `class_of`) or a word they hold is asked for (`files_with`); their functions are walked where
+        called, and get a flow of their own only when a rule asks for one (`flow_of`, `flows_named`)."""
+        self.files: list[FileModel] = [file for file in files if isinstance(file, FileModel)]  # the parsed files
+        self.unanalyzed: list[UnparsedFile] = []  # starts the budget never reached: no flows, parsed only if a lookup needs them
         self.last_call_id = 0  # each inlined call's own id, for the names of its variables (`save@12:state`)
         self.summaries: dict[tuple, list[Summary]] = {}  # by calling context (summaries.Context.key)
         self._functions_by_name: dict[str, list[FunctionInfo]] = {}
-        self._unparsed = {id(unparsed): unparsed for unparsed in callees}
+        # The files not parsed yet, starts included: a start the budget has not reached yet is parsed
+        # when a name it defines is looked up, as a callee file is.
+        waiting = [file for file in files if isinstance(file, UnparsedFile)] + list(callees)
+        self._unparsed = {id(unparsed): unparsed for unparsed in waiting}
         self._unparsed_by_name: dict[str, list[UnparsedFile]] = {}
-        for unparsed in callees:
+        for unparsed in waiting:
             for name in unparsed.defines:
                 self._unparsed_by_name.setdefault(name, []).append(unparsed)
         self._bound_counts: dict[int, tuple[cst.CSTNode, Counter[str]]] = {}
         self._resolved: dict[tuple[int, int, int], tuple[cst.CSTNode, FunctionInfo | None]] = {}
         for file in self.files:
             self._index(file)
-        # Functions before module bodies: when two flows report one node, the first (and shortest
-        # "via" chain) is kept.
-        starts = list(files)
-        owners = [(file, function) for file in starts for function in file.functions.values()] + [(file, None) for file in starts]
-        # The run's budget goes first to the files that import FSDP, whose flows rules report on most.
+        # The run's budget goes first to the files that mention FSDP, whose flows rules report on most;
+        # in each of the two, functions before module bodies.
         self.steps_left = PROGRAM_BUDGET
-        built = {id(owner): self._build_flow(*owner) for owner in sorted(owners, key=lambda owner: not owner[0].imports_fsdp)}
+        function_flows: list[tuple[int, Flow]] = []  # with the position of the file among `files`
+        module_flows: list[tuple[int, Flow]] = []
+        for tier in (True, False):
+            started: list[tuple[int, FileModel]] = []
+            for position, start in enumerate(files):
+                if _mentions_fsdp(start.source.text) is not tier:
+                    continue
+                if isinstance(start, UnparsedFile):
+                    if id(start) in self._unparsed and self.steps_left <= 0:
+                        self.unanalyzed.append(start)
+                        continue
+                    self._parse(start)  # unless a lookup has
+                    parsed = start.load()
+                    if parsed is None:
+                        continue
+                    start = parsed
+                started.append((position, start))
+                function_flows += [(position, self._build_flow(start, function)) for function in start.functions.values()]
+            module_flows += [(position, self._build_flow(start, None)) for position, start in started]
         self.summaries.clear()  # only walks use them
-        self.flows = [built[id(owner)] for owner in owners]
+        # In the files' order, functions before module bodies: when two flows report one node, the first
+        # (and shortest "via" chain) is kept.
+        self.flows = [flow for _, flow in sorted(function_flows, key=lambda pair: pair[0])] + \
+            [flow for _, flow in sorted(module_flows, key=lambda pair: pair[0])]
         # Modules a class shards on `self` in any of its methods, for its other methods.
         self.class_shards: dict[tuple[str, str], list[Event]] = {}
         for flow in self.flows:
@@ -129,7 +153,7 @@ class Program:
     def _parse(self, unparsed: UnparsedFile) -> None:
         if self._unparsed.pop(id(unparsed), None) is None:
             return  # parsed already, under another of its names
-        file = unparsed.parse(unparsed.source)
+        file = unparsed.load()
         if file is not None:
             self.files.append(file)
             self._index(file)
@@ -275,6 +299,10 @@ class Program:
         # setup` in setup.py is not fms-fsdp's own `setup()`, which starts a process group.
         (candidate,) = candidates
         return candidate if relative or module.split(".")[0] in Path(candidate.file.source.path).resolve().parts else None
+
+
+def _mentions_fsdp(text: str) -> bool:
+    return "fully_shard" in text or "FullyShardedDataParallel" in text
 
 
 def _is_module(module_name: str, module: str) -> bool:
