@@ -75,8 +75,11 @@ class BackendCannotRunOnDevice(Rule):
             inits = [event for event in flow.of_kind(CALL) if event.qname == distributed.INIT_PROCESS_GROUP]
             if not inits:
                 continue
+            destroys = [event.index for event in flow.of_kind(CALL) if event.qname == _DESTROY]
             for event in flow.of_kind(CALL):
-                init = _nccl_only(flow, inits, event)
+                if event.qname not in _MESH and not distributed.tensor_arguments(event.qname or ""):
+                    continue  # neither a mesh nor a collective on tensors
+                init = _nccl_only(inits, destroys, event)
                 if init is None:
                     continue
                 if event.qname in _MESH:
@@ -108,10 +111,10 @@ class BackendCannotRunOnDevice(Rule):
                     break
 
 
-def _nccl_only(flow, inits, event):
+def _nccl_only(inits, destroys, event):
     """The `init_process_group("nccl")` that started the group `event` runs in: every initialization on
-    its path names NCCL alone, one of them before it, and no `destroy_process_group` between."""
-    from fsdplint.model import CALL
+    its path names NCCL alone, one of them before it, and no `destroy_process_group` (at `destroys`,
+    indices in the flow) between."""
     from fsdplint.rulekit import process_group_backend
 
     reaching = [init for init in inits if not init.exclusive(event)]
@@ -119,7 +122,7 @@ def _nccl_only(flow, inits, event):
     if not before or any((process_group_backend(init) or "").lower() != "nccl" for init in reaching):
         return None
     last = before[-1]
-    if any(e.qname == _DESTROY for e in flow.of_kind(CALL) if last.index < e.index < event.index):
+    if any(last.index < index < event.index for index in destroys):
         return None
     return last
 

@@ -32,6 +32,7 @@ class Program:
         self.last_call_id = 0  # each inlined call's own id, for the names of its variables (`save@12:state`)
         self.summaries: dict[tuple, list[Summary]] = {}  # by calling context (summaries.Context.key)
         self._functions_by_name: dict[str, list[FunctionInfo]] = {}
+        self._classes_by_name: dict[str, list[FileModel]] = {}  # by qualified name in their file
         # The files not parsed yet, starts included: a start the budget has not reached yet is parsed
         # when a name it defines is looked up, as a callee file is.
         waiting = [file for file in files if isinstance(file, UnparsedFile)] + list(callees)
@@ -161,6 +162,8 @@ class Program:
     def _index(self, file: FileModel) -> None:
         for function in file.functions.values():
             self._functions_by_name.setdefault(function.name, []).append(function)
+        for qualname in file.classes:
+            self._classes_by_name.setdefault(qualname, []).append(file)
 
     @property
     def exhausted_flows(self) -> list[Flow]:
@@ -240,7 +243,7 @@ class Program:
         for unparsed in self._unparsed_by_name.get(name, ()):
             if _is_module(unparsed.module_name, module):
                 self._parse(unparsed)
-        found = [(other, name) for other in self.files if name in other.classes and _is_module(other.module_name, module)]
+        found = [(other, name) for other in self._classes_by_name.get(name, ()) if _is_module(other.module_name, module)]
         return found[0] if len(found) == 1 else None
 
     def method_of_class(self, file: FileModel, qualname: str, method: str) -> FunctionInfo | None:
