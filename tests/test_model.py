@@ -859,3 +859,29 @@ def test_a_module_taken_by_getattr_or_from_a_call_not_followed_is_part_of_its_mo
 
     shard(cfg)
     """, select=["FSDP102"]) == [(8, "FSDP102")]
+
+
+def test_a_shard_of_a_module_the_model_cannot_name_may_be_the_roots_block():
+    """xtuner's `_fully_shard(module=None)`: `target = module or self` shards each layer, then the root.
+    `layer or self` is one of two modules the model cannot tell apart, so the root may well have had
+    its blocks sharded first: no FSDP101. With no such shard, the root alone is still reported."""
+    source = """
+    from torch import nn
+    from torch.distributed.fsdp import fully_shard
+
+    class Model(nn.Module):
+        def _shard(self, module=None):
+            target = module or self
+            fully_shard(target)
+
+        def shard(self):
+            {blocks}
+            self._shard()
+
+    def main(x):
+        model = Model()
+        model.shard()
+        model(x).sum().backward()
+    """
+    assert codes(source.format(blocks="for layer in self.layers.values():\n                self._shard(module=layer)"), select=["FSDP101"]) == []
+    assert codes(source.format(blocks="pass"), select=["FSDP101"]) == [(8, "FSDP101")]

@@ -857,3 +857,43 @@ def test_files_are_parsed_without_node_validation_and_nodes_built_after_are_stil
         parse_module("def f(:\n")
     with pytest.raises(cst.CSTValidationError):  # restored, after a success and after a failure
         cst.UnaryOperation(operator=cst.Not(whitespace_after=cst.SimpleWhitespace("")), expression=cst.Name("x"))
+
+
+def test_a_test_on_an_integer_the_call_passed_takes_one_arm():
+    """mochi's `get_model(..., world_size=1)`: `if world_size > 1:` wraps in FSDP, so with 1 the wrap
+    never runs; with 2 it does, and with a value the model does not know, either arm may run."""
+    source = """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+def get_model(model, world_size):
+    if world_size > 1:
+        model = FSDP(model)
+    elif world_size == 0:
+        model = None
+    return model
+
+def main(model, n):
+    model = get_model(model, world_size={given})
+"""
+    for given, wraps in [("1", []), ("2", ["FullyShardedDataParallel"]), ("0x2", ["FullyShardedDataParallel"]), ("n", ["FullyShardedDataParallel"])]:
+        flow = flow_of(program_of(source.format(given=given)), "main")
+        assert [event.qname.rsplit(".", 1)[-1] for event in flow.shard_events()] == wraps, given
+
+
+def test_is_none_on_a_parameter_given_a_literal():
+    """`if flag is not None:` with `flag=True` passed runs its arm (the test once read as a chained
+    comparison, `(known == "None") == type(op) is Is`, and was false for every literal but None)."""
+    source = """
+import torch.distributed as dist
+
+def save(flag=None):
+    if flag {test} None:
+        dist.barrier()
+
+def main():
+    save({given})
+"""
+    for test, given, runs in [("is not", "flag=True", True), ("is not", "flag=0", True), ("is not", "", False), ("is", "flag=True", False), ("is", "", True)]:
+        flow = flow_of(program_of(source.format(test=test, given=given)), "main")
+        assert any(event.qname == "torch.distributed.barrier" for event in flow.events) is runs, (test, given)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import operator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
@@ -401,10 +402,16 @@ class Walker:
             if type(comparison.comparator) is cst.Name and comparison.comparator.value == "None":
                 known = self.parameter_constant(test.left)
                 if known is not None and type(comparison.operator) in (cst.Is, cst.IsNot):
-                    return (known == "None") == type(comparison.operator) is cst.Is
+                    return (known == "None") == (type(comparison.operator) is cst.Is)
+            # `if world_size > 1:` where the call passed `world_size=1`
+            number = _integer(self.parameter_constant(test.left))
+            bound = _integer(comparison.comparator.value) if type(comparison.comparator) is cst.Integer else None
+            if number is not None and bound is not None and type(comparison.operator) in _ORDERINGS:
+                return _ORDERINGS[type(comparison.operator)](number, bound)
             return None
         known = self.parameter_constant(test)
-        return None if known is None else known == "True"
+        number = _integer(known)
+        return None if known is None else number != 0 if number is not None else known == "True"
 
     def parameter_constant(self, node: cst.CSTNode) -> str | None:
         """The literal a parameter was passed, or a name assigned once was given."""
@@ -480,6 +487,9 @@ class Walker:
             if root:
                 self.flow.write(Write.ASSIGNED_ROOT, root)
                 self.record_origin(root, value.event)
+                derived = self.roots_read(source) - {root} if value.event is None and source is not None else None
+                if derived:  # `target = module or self`: one of modules the model cannot tell apart, computed from them
+                    self.flow.write(Write.DERIVED, root, derived)
             # A literal kept only for a name assigned once: another assignment, later in a loop, could
             # change it before a test that comes earlier in the text.
             once = root is not None and self.assigned_once(key)
@@ -579,7 +589,7 @@ class Walker:
         self.flow.steps += 1
         if self.flow.steps > FLOW_BUDGET:
             raise BudgetExhausted
-        if type(node) is cst.Name and node.value in CONSTANTS:
+        if type(node) is cst.Name and node.value in CONSTANTS or type(node) is cst.Integer:
             return Value(constant=node.value)
         if type(node) is cst.SimpleString:
             text = string_value(node)
@@ -1029,6 +1039,18 @@ def _visits_through(wrapper: str, args: tuple[Value, ...]) -> tuple[Value, ...] 
     if wrapper == "zip":
         return tuple(Value(elements=values) for values in zip(*known))
     return None  # `sorted`, `filter`: which, in which order, is not known
+
+
+_ORDERINGS = {cst.GreaterThan: operator.gt, cst.GreaterThanEqual: operator.ge, cst.LessThan: operator.lt,
+              cst.LessThanEqual: operator.le, cst.Equal: operator.eq, cst.NotEqual: operator.ne}
+
+
+def _integer(literal: str | None) -> int | None:
+    """The value of an integer literal (`1`, `0x10`, `1_000`); None for anything else."""
+    try:
+        return int(literal, 0) if literal is not None else None
+    except ValueError:
+        return None
 
 
 def _either(refs: list[Ref | None]) -> Ref | None:
