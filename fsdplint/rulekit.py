@@ -39,7 +39,7 @@ def forwardless_container(flow: Flow, event: Event) -> str | None:
         return kind if kind in FORWARDLESS_CONTAINERS else None
     if module.ref is not None and module.ref.path:
         attribute = module.ref.path[-1]
-        files = flow.program.files_with(attribute) if attribute.isidentifier() else []
+        files = flow.program.files_assigning(attribute) if attribute.isidentifier() else []
         assigned = set().union(*(file.attribute_types.get(attribute, set()) for file in files))
         if len(assigned) == 1 and next(iter(assigned)) in FORWARDLESS_CONTAINERS:
             return next(iter(assigned))

@@ -106,6 +106,24 @@ def test_a_callee_file_is_parsed_only_when_a_name_it_defines_is_looked_up():
     assert parsed == ["train.py", "tools.py"]  # once
 
 
+def test_only_files_that_may_assign_an_attribute_are_parsed_to_find_its_type():
+    texts = {
+        "model.py": "from torch import nn\n\nclass Net(nn.Module):\n    def __init__(self):\n        self.blocks = nn.ModuleList()\n",
+        "reader.py": "def count(net):\n    return len(net.blocks)\n",
+        "train.py": "from torch.distributed.fsdp import fully_shard\n\ndef main(net):\n    fully_shard(net.blocks)\n",
+    }
+    sources = {name: SourceFile(Path(name), name, text, "utf-8", False) for name, text in texts.items()}
+    parsed: list[str] = []
+
+    def parse(source):
+        parsed.append(source.display)
+        return model.build_file_model(source, cst.parse_module(source.text))
+
+    program = model.Program([parse(sources["train.py"])], [model.UnparsedFile(sources[name], parse) for name in ("model.py", "reader.py")])
+    assert [file.display for file in program.files_assigning("blocks")] == ["model.py"]
+    assert parsed == ["train.py", "model.py"]  # reader.py reads `.blocks` and assigns nothing
+
+
 def events(flow: model.Flow, kind: str) -> list[model.Event]:
     return list(flow.of_kind(kind))
 

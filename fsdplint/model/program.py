@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Sequence
@@ -135,6 +136,14 @@ class Program:
         for unparsed in [unparsed for unparsed in self._unparsed.values() if word in unparsed.source.text]:
             self._parse(unparsed)
         return [file for file in self.files if word in file.source.text]
+
+    def files_assigning(self, attribute: str) -> list[FileModel]:
+        """The run's files whose text may assign `attribute` of an object (`x.attribute = ...`: what
+        `FileModel.attribute_types` records), parsing the callee files that may."""
+        assignment = re.compile(rf"\.\s*{re.escape(attribute)}\s*=(?!=)")
+        for unparsed in [unparsed for unparsed in self._unparsed.values() if assignment.search(unparsed.source.text)]:
+            self._parse(unparsed)
+        return [file for file in self.files if attribute in file.attribute_types]
 
     def _parse_defining(self, name: str) -> None:
         for unparsed in self._unparsed_by_name.pop(name, ()):
