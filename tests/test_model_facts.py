@@ -915,3 +915,27 @@ def main():
     for test, given, runs in [("is not", "flag=True", True), ("is not", "flag=0", True), ("is not", "", False), ("is", "flag=True", False), ("is", "", True)]:
         flow = flow_of(program_of(source.format(test=test, given=given)), "main")
         assert any(event.qname == "torch.distributed.barrier" for event in flow.events) is runs, (test, given)
+
+
+def test_a_literal_returned_on_one_path_only_is_not_the_functions_result():
+    """cosmos-rl's `_init_distributed()`: `return dist.get_rank(), dist.get_world_size()` after starting a
+    group, else `return 0, 1`. The caller's `if world_size > 1: dist.destroy_process_group()` may run;
+    a function returning 1 on every path makes it dead."""
+    source = """
+import os
+import torch.distributed as dist
+
+def init():
+    if "RANK" in os.environ:
+        dist.init_process_group("nccl")
+        return dist.get_rank(), {size}
+    return 0, 1
+
+def main():
+    rank, world_size = init()
+    if world_size > 1:
+        dist.destroy_process_group()
+"""
+    for size, destroys in [("dist.get_world_size()", True), ("1", False)]:
+        flow = flow_of(program_of(source.format(size=size)), "main")
+        assert any(event.qname == "torch.distributed.destroy_process_group" for event in flow.events) is destroys, size

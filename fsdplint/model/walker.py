@@ -134,6 +134,7 @@ class Walker:
         self.depth = depth
         self.stack = stack + ((id(function.node),) if function else ())
         self.returned = Value()
+        self.returns = 0  # `return` statements with a value walked so far
         self.meta_depth = 0
         self.outer = outer  # statements around the call sites that led here (Event.outer)
         # What holds for every event of this walk, the caller's included (see Event).
@@ -448,7 +449,9 @@ class Walker:
         elif type(node) is cst.AugAssign:
             self.expr(node.value, statement, parents)
         elif type(node) is cst.Return and node.value is not None:
-            self.returned = _returned_on_either_path(self.returned, self.expr(node.value, statement, parents))
+            value = self.expr(node.value, statement, parents)
+            self.returned = _returned_on_either_path(self.returned, value) if self.returns else value
+            self.returns += 1
         elif type(node) in (cst.Raise, cst.Assert):
             for child in node.children:
                 self.expr(child, statement, parents)
@@ -1016,7 +1019,19 @@ def _returned_on_either_path(earlier: Value, later: Value) -> Value:
     if says_nothing and (earlier.rank is not None or earlier.rank_test is not None):
         return earlier
     # `return getattr(m, "embed_tokens")` then `return None`
-    return earlier if later.constant == "None" and earlier.ref is not None else later
+    chosen, other = (earlier, later) if later.constant == "None" and earlier.ref is not None else (later, earlier)
+    return _same_on_both(chosen, other)
+
+
+def _same_on_both(chosen: Value, other: Value) -> Value:
+    """`chosen`, without the literals that hold on its path only (`return 0, 1` after `return rank, size`)."""
+    elements = chosen.elements
+    if elements is not None:
+        others = other.elements if other.elements is not None and len(other.elements) == len(elements) else (Value(),) * len(elements)
+        elements = tuple(_same_on_both(element, other_element) for element, other_element in zip(elements, others))
+    if chosen.constant == other.constant and (elements is None or all(map(operator.is_, elements, chosen.elements))):
+        return chosen
+    return dataclasses.replace(chosen, constant=chosen.constant if chosen.constant == other.constant else None, elements=elements)
 
 
 def _not_none(first: Value, second: Value) -> Value | None:
