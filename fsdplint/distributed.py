@@ -12,8 +12,9 @@ import re
 # Text that only a file using torch.distributed or FSDP holds, or one started by a distributed launcher
 # (its rank variables: `RANK`, `LOCAL_RANK`, `SLURM_PROCID`, a `local_rank`): analysis starts from such
 # files alone, so a repository with no distributed code (sympy defines two `get_rank`s) is never parsed.
-DISTRIBUTED_MARKERS = ("torch.distributed", "from torch import distributed", "fully_shard", "FullyShardedDataParallel",
-                       "RANK", "SLURM_PROCID", "local_rank")
+# The names FSDP2 and FSDP1 shard with: the text of a file that uses FSDP.
+FSDP_TOKENS = ("fully_shard", "FullyShardedDataParallel")
+DISTRIBUTED_MARKERS = ("torch.distributed", "from torch import distributed", *FSDP_TOKENS, "RANK", "SLURM_PROCID", "local_rank")
 
 # torch.distributed functions that return the module they are given, changed in place.
 RETURNS_ITS_MODULE = frozenset({

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Iterable
 
+from fsdplint.distributed import FSDP_TOKENS
+
 if TYPE_CHECKING:  # the model imports libcst; linting a file with no FSDP token never needs it
     import libcst as cst
 
@@ -68,7 +70,7 @@ class Rule:
     severity: ClassVar[Severity] = Severity.ERROR
     fix_availability: ClassVar[FixAvailability] = FixAvailability.NONE
     # A file is parsed for this rule only if its text holds one of these substrings.
-    trigger_tokens: ClassVar[tuple[str, ...]] = ("fully_shard", "FullyShardedDataParallel")
+    trigger_tokens: ClassVar[tuple[str, ...]] = FSDP_TOKENS
     # Engine-emitted codes (syntax errors, noqa problems) have no check of their own.
     engine_only: ClassVar[bool] = False
     # An opt-in rule (a codemod such as the FSDP1 -> FSDP2 migration) runs only when its code or

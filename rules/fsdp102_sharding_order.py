@@ -177,25 +177,17 @@ class ShardingOrder(Rule):
         if found is None:
             return _OwnState.UNREAD
         held: set[str] = set()
-        pending, seen, is_module = [found], set(), False
-        while pending:
-            file, qualname = pending.pop()
-            if (id(file), qualname) in seen:
+        is_module = False
+        for entry in flow.program.class_lineage(*found):
+            if entry == "torch.nn.Module":
+                is_module = True
                 continue
-            seen.add((id(file), qualname))
-            class_def = file.classes[qualname]
-            attributes = own_attributes(class_def)
+            if not isinstance(entry, tuple):
+                return _OwnState.UNREAD  # a base this run cannot read
+            attributes = own_attributes(entry[0].classes[entry[1]])
             if attributes is None:
                 return _OwnState.SOMETHING  # `setattr(self, ...)`, `self.register_parameter(...)`
             held |= attributes
-            for base in class_def.bases:
-                if file.qualify(base.value) == "torch.nn.Module":
-                    is_module = True
-                    continue
-                base_class = flow.program.class_of(file, base.value)
-                if base_class is None:
-                    return _OwnState.UNREAD
-                pending.append(base_class)
         sharded = {target.path[0] for event in block_shards for target in event.targets if target.root == root.root and len(target.path) == 1}
         return _OwnState.NOTHING if is_module and held <= sharded else _OwnState.SOMETHING
 

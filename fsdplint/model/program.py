@@ -6,7 +6,7 @@ import copy
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import libcst as cst
 
@@ -255,37 +255,40 @@ class Program:
         found = [(other, name) for other in self._classes_by_name.get(name, ()) if _is_module(other.module_name, module)]
         return found[0] if len(found) == 1 else None
 
-    def method_of_class(self, file: FileModel, qualname: str, method: str) -> FunctionInfo | None:
-        """`qualname.method`, defined by the class or inherited from the first of its bases (depth
-        first, as Python's method order is for single inheritance) that the run defines it in."""
-        pending, seen = [(file, qualname)], set()
+    def class_lineage(self, file: FileModel, qualname: str) -> Iterator[tuple[FileModel, str] | str | None]:
+        """The class, then what it derives from, depth first (Python's method order for single
+        inheritance), each once: a class of the run as its file and qualified name there, any other base
+        as its qualified name (`torch.nn.Module`; None where the import does not say). A class's bases
+        are looked up only when the one after it is asked for."""
+        pending: list[tuple[FileModel, str] | str | None] = [(file, qualname)]
+        seen: set[tuple[int, str]] = set()
         while pending:
-            file, qualname = pending.pop(0)
-            if (id(file), qualname) in seen:
-                continue
-            seen.add((id(file), qualname))
-            function = file.functions.get(f"{qualname}.{method}")
+            entry = pending.pop(0)
+            if isinstance(entry, tuple):
+                if (id(entry[0]), entry[1]) in seen:
+                    continue
+                seen.add((id(entry[0]), entry[1]))
+            yield entry
+            if isinstance(entry, tuple):
+                file, qualname = entry
+                pending[:0] = [self.class_of(file, base.value) or file.qualify(base.value) for base in file.classes[qualname].bases]
+
+    def method_of_class(self, file: FileModel, qualname: str, method: str) -> FunctionInfo | None:
+        """`qualname.method`, defined by the class or inherited from the first class of the run in its
+        lineage that defines it."""
+        for entry in self.class_lineage(file, qualname):
+            function = entry[0].functions.get(f"{entry[1]}.{method}") if isinstance(entry, tuple) else None
             if function is not None:
                 return function
-            bases = [self.class_of(file, base.value) for base in file.classes[qualname].bases]
-            pending[:0] = [base for base in bases if base is not None]
         return None
 
     def is_module_class(self, file: FileModel, qualname: str) -> bool | None:
         """The class derives from `nn.Module`, through the run's classes; None where a base is none of them."""
-        pending, seen = [(file, qualname)], set()
-        while pending:
-            file, qualname = pending.pop()
-            if (id(file), qualname) in seen:
-                continue
-            seen.add((id(file), qualname))
-            for base in file.classes[qualname].bases:
-                if file.qualify(base.value) == "torch.nn.Module":
-                    return True
-                found = self.class_of(file, base.value)
-                if found is None:
-                    return None
-                pending.append(found)
+        for entry in self.class_lineage(file, qualname):
+            if entry == "torch.nn.Module":
+                return True
+            if not isinstance(entry, tuple):
+                return None
         return False
 
     def _lookup_qualified(self, qualified: str, importer: FileModel) -> FunctionInfo | None:
@@ -314,7 +317,7 @@ class Program:
 
 
 def _mentions_fsdp(text: str) -> bool:
-    return "fully_shard" in text or "FullyShardedDataParallel" in text
+    return any(token in text for token in distributed.FSDP_TOKENS)
 
 
 def _is_module(module_name: str, module: str) -> bool:
