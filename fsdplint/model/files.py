@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
@@ -116,14 +117,20 @@ class UnparsedFile:
     source: SourceFile
     parse: Callable[[SourceFile], FileModel | None]  # None where it cannot be parsed (the caller reports why)
     defines: frozenset[str] = field(init=False)  # the names its `def`s and `class`es may define
-    top_level: frozenset[str] = field(init=False)  # the functions it may define at top level
-    module_name: str = field(init=False)
     _loaded: tuple[FileModel | None] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.defines = defined_names(self.source.text)
-        self.top_level = frozenset(FileText(self.source.text).exported)
-        self.module_name = module_name_for(self.source.path)
+
+    # Asked only of files a lookup may parse: a line scan and a walk up the folders each.
+    @cached_property
+    def top_level(self) -> frozenset[str]:
+        """The functions it may define at top level."""
+        return frozenset(FileText(self.source.text).exported)
+
+    @cached_property
+    def module_name(self) -> str:
+        return module_name_for(self.source.path)
 
     def load(self) -> FileModel | None:
         """The file's model, parsed on the first call only (None where it cannot be parsed)."""
