@@ -22,7 +22,8 @@ class NoDevicePerProcess(Rule):
     Only whole scripts are checked (a file's top level and what it calls, or a function started by
     `torch.multiprocessing.spawn`), since a caller fsdplint cannot see may choose the device; so is a
     constructor of the script's own classes other than modules (`Trainer(...)`). Scripts
-    that set `CUDA_VISIBLE_DEVICES` per process, call a helper of their own that names a device
+    that set `CUDA_VISIBLE_DEVICES` per process, assert that they run one process per node
+    (`assert os.environ["LOCAL_RANK"] == "0"`), call a helper of their own that names a device
     (`get_device(...)`), run a single process (`world_size=1`), or use gloo are not reported.
 
     ## Example
@@ -55,13 +56,13 @@ class NoDevicePerProcess(Rule):
     trigger_tokens = ("init_process_group",)
 
     def check(self, program) -> Iterable[Finding]:
-        from fsdplint.model import CALL, METHOD
+        from fsdplint.model import CALL, GLOBAL_RANK, LOCAL_RANK, METHOD, SET_ENV
         from fsdplint.rulekit import process_group_backend, script_flows
 
         for flow in script_flows(program):
+            if flow.asserted_ranks & {GLOBAL_RANK, LOCAL_RANK} or any(setting.variable == "CUDA_VISIBLE_DEVICES" for setting in flow.of_kind(SET_ENV)):
+                continue  # one process per node (`assert local_rank == 0`), or each process sees its own GPU
             events = list(flow.of_kind(CALL, METHOD))
-            if any("CUDA_VISIBLE_DEVICES" in file.source.text for file in {event.file.display: event.file for event in events}.values()):
-                continue
             choices = [event for event in events if _chooses_device(event)]
             for event in events:
                 if any(not choice.exclusive(event) for choice in choices):

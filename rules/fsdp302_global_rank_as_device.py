@@ -232,7 +232,7 @@ def _meets_locally(flow, init) -> bool:
         made = flow.origin(store[1], init.index)
         return made is not None and made.qname in distributed.LOCAL_STORES
     return any(setting.index < init.index and setting.variable == distributed.MASTER_ADDRESS_VARIABLE and setting.on_every_path_to(init)
-               and setting.value.text in distributed.LOOPBACK_HOSTS for setting in flow.of_kind(SET_ENV))
+               and setting.value.text in distributed.LOOPBACK_HOSTS and not setting.only_if_unset for setting in flow.of_kind(SET_ENV))
 
 
 def _spawn_index_in_fixed_world(flow, init) -> bool:

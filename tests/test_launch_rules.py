@@ -345,6 +345,11 @@ dist.destroy_process_group()
     ("", '"nccl"', 'device = torch.device("cuda", args.local_rank)', []),
     ("", '"nccl"', 'x = x.to(f"cuda:{local_rank}")', []),
     ('os.environ["CUDA_VISIBLE_DEVICES"] = os.environ["LOCAL_RANK"]', '"nccl"', "", []),
+    ('os.environ.setdefault("CUDA_VISIBLE_DEVICES", os.environ["LOCAL_RANK"])', '"nccl"', "", []),
+    ('print(os.environ["CUDA_VISIBLE_DEVICES"])', '"nccl"', "", [(7, "FSDP301")]),  # read, not set
+    # one process per node: GPU 0 is its GPU (oat's k8s/hostfile.py)
+    ('assert os.environ["LOCAL_RANK"] == "0", "run with --nproc_per_node=1"', '"nccl"', "", []),
+    ('assert int(os.environ["LOCAL_RANK"]) >= 0', '"nccl"', "", [(7, "FSDP301")]),
     ("device = utils.get_device('cuda')", '"nccl"', "", []),
     ("", '"nccl", world_size=1, rank=0', "", []),
     ("", '"gloo"', "", []),

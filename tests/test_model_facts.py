@@ -939,3 +939,41 @@ def main():
     for size, destroys in [("dist.get_world_size()", True), ("1", False)]:
         flow = flow_of(program_of(source.format(size=size)), "main")
         assert any(event.qname == "torch.distributed.destroy_process_group" for event in flow.events) is destroys, size
+
+
+def test_an_assert_that_the_rank_is_one_value_says_the_run_goes_on_on_that_rank_only():
+    program = program_of("""
+    import os
+    import torch.distributed as dist
+
+    def node_leader():
+        local_rank = int(os.environ["LOCAL_RANK"])
+        assert local_rank == 0, "one process per node"
+
+    def leader(local_rank):
+        assert dist.get_rank() == 0 and local_rank == 0
+
+    def some_rank():
+        assert int(os.environ["NODE_RANK"]) == 0  # one node, of any number of processes
+
+    def not_pinned(local_rank):
+        assert dist.get_rank() != 0
+        assert local_rank >= 0
+        assert f"cuda:{local_rank}" == "cuda:0"
+    """)
+    assert flow_of(program, "node_leader").asserted_ranks == {model.LOCAL_RANK}
+    assert flow_of(program, "leader").asserted_ranks == {model.GLOBAL_RANK}
+    assert flow_of(program, "some_rank").asserted_ranks == {model.SOME_RANK}
+    assert flow_of(program, "not_pinned").asserted_ranks == set()
+
+
+def test_setting_an_environment_variable_by_any_spelling_is_one_event():
+    program = program_of("""
+    import os
+    os.environ["MASTER_ADDR"] = "localhost"
+    os.environ.setdefault("MASTER_PORT", "29500")
+    os.putenv("CUDA_VISIBLE_DEVICES", "0")
+    os.environ.get("RANK")
+    """)
+    settings = [(event.variable, event.value.text, event.only_if_unset) for event in flow_of(program, None).of_kind(model.SET_ENV)]
+    assert settings == [("MASTER_ADDR", "localhost", False), ("MASTER_PORT", "29500", True), ("CUDA_VISIBLE_DEVICES", "0", False)]

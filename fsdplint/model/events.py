@@ -114,6 +114,7 @@ class Event:
     contexts: tuple[Event, ...] = ()  # the `with` items around the node, across inlined calls, outermost first
     value: Value | None = None  # ASSIGN, SET_ENV: the value assigned (`model.output.weight = model.tok_embeddings.weight`)
     variable: str | None = None  # SET_ENV: the environment variable set
+    only_if_unset: bool = False  # SET_ENV: `os.environ.setdefault(...)`, a default the launcher's own value overrides
 
     def keywords_set_true(self) -> frozenset[str]:
         """The keyword arguments written as `True` (`StateDictOptions(full_state_dict=True)`)."""

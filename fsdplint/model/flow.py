@@ -22,7 +22,7 @@ from fsdplint.model.events import (
 )
 from fsdplint.model.names import BUILTINS
 from fsdplint.model.syntax import string_value
-from fsdplint.model.values import Ref, Value
+from fsdplint.model.values import RankScope, Ref, Value
 
 if TYPE_CHECKING:
     from fsdplint.model.events import RankGuard
@@ -71,6 +71,7 @@ class Write(enum.Enum):
     DERIVED = enum.auto()  # derived_from[root] = roots
     DERIVED_MORE = enum.auto()  # derived_from[root] |= roots
     READS_RANK = enum.auto()  # reads_rank = True
+    ASSERTED_RANK = enum.auto()  # asserted_ranks.add(scope)
 
 
 class Flow:
@@ -100,6 +101,8 @@ class Flow:
         self.skipped = False  # the program's budget ran out before it (and it is `exhausted` too)
         self.loops: list[Loop] = []  # the loops walked once, each after the loops nested in it
         self.reads_rank = False  # the walk evaluated this process's rank (`dist.get_rank()`, `self.rank`, `RANK`)
+        # `assert local_rank == 0`: the run goes on only where the rank of this scope is that one (one process per node)
+        self.asserted_ranks: set[RankScope] = set()
         self.writes: list[tuple[Write, object, object]] = []  # every write to the tables above, in order
         self.attempted: list[tuple[int, int]] = []  # the functions (node ids) the walk came to call, followed or not, and from which depth
         self.consulted: list[str] = []  # the variables whose maker a walk looked up (what built them: `origin`, `constructed`)
@@ -129,6 +132,8 @@ class Flow:
             self.derived_from.setdefault(key, set()).update(value)
         elif kind is Write.READS_RANK:
             self.reads_rank = True
+        elif kind is Write.ASSERTED_RANK:
+            self.asserted_ranks.add(key)
         self.writes.append((kind, key, value))
 
     @property

@@ -265,7 +265,7 @@ class Copier:
                      self.rebase("outer", event.outer, around.outer, self.around.outer, _same), self.rank_guards(event.rank_guards),
                      self.arms(event.arms), self.rebase("call_sites", event.call_sites, around.call_sites, self.around.call_sites, _same),
                      self.rebase("contexts", event.contexts, around.contexts, self.around.contexts, self.event),
-                     value(event.value), event.variable)
+                     value(event.value), event.variable, event.only_if_unset)
         self.events[id(event)] = copy
         return copy
 

@@ -160,6 +160,8 @@ class RankTest:
     # A flag set in the arms of a test on the rank (`server = True; if rank > 0: server = False`) is
     # true exactly where that test, as RankGuard.condition writes it, has this truth.
     equivalent: tuple[str, bool] | None = None
+    # Where it holds, one rank of this scope passes: `local_rank == 0` (one process per node), `rank == 0`.
+    pins: RankScope | None = None
 
     def negated(self) -> RankTest:
         flipped = (self.equivalent[0], not self.equivalent[1]) if self.equivalent else None
@@ -169,8 +171,8 @@ class RankTest:
     def combine(operator: str, left: RankTest | None, right: RankTest | None) -> RankTest | None:
         """`left and right` / `left or right`; None for a condition every rank sees alike."""
         left, right = left or RankTest(False, False), right or RankTest(False, False)
-        if operator == "and":
-            combined = RankTest(left.when_true or right.when_true, left.when_false and right.when_false)
+        if operator == "and":  # where both hold, what pins one pins it
+            combined = RankTest(left.when_true or right.when_true, left.when_false and right.when_false, pins=left.pins or right.pins)
         else:
             combined = RankTest(left.when_true and right.when_true, left.when_false or right.when_false)
         return combined if combined.when_true or combined.when_false else None

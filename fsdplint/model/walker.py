@@ -78,6 +78,7 @@ from fsdplint.model.values import (
     Arms,
     Element,
     Rank,
+    RankScope,
     RankTest,
     Ref,
     Value,
@@ -105,6 +106,7 @@ _MAX_INLINE_DEPTH = 4
 _COROUTINE_TESTS = frozenset({"asyncio.iscoroutinefunction", "inspect.iscoroutinefunction"})
 _EXPECTS_RAISE = frozenset({"raises", "assertRaises", "assertRaisesRegex"})  # pytest.raises, unittest's
 _MAX_UNROLLED = 16  # a loop over at most this many known values is walked once per value
+_SETS_ENVIRONMENT = frozenset({"os.environ.setdefault", "os.putenv"})
 # Expressions one flow may evaluate, its inlined callees included: past it, the flow's facts are unknown
 # (no events), so that no input makes a run take minutes. The largest flow of accelerate's 1,846
 # evaluates 77k; nearly all evaluate under 5k.
@@ -452,7 +454,13 @@ class Walker:
             value = self.expr(node.value, statement, parents)
             self.returned = _returned_on_either_path(self.returned, value) if self.returns else value
             self.returns += 1
-        elif type(node) in (cst.Raise, cst.Assert):
+        elif type(node) is cst.Assert:
+            test = self.expr(node.test, statement, parents)
+            if test.rank_test is not None and test.rank_test.pins is not None:
+                self.flow.write(Write.ASSERTED_RANK, test.rank_test.pins)  # the other ranks stop here
+            if node.msg is not None:
+                self.expr(node.msg, statement, parents)
+        elif type(node) is cst.Raise:
             for child in node.children:
                 self.expr(child, statement, parents)
 
@@ -700,7 +708,9 @@ class Walker:
                               or is_sign_test(target)
                               or type(target.operator) in (cst.In, cst.NotIn) and type(target.comparator) not in LITERAL_COLLECTIONS
                               for target in node.comparisons) or is_group_range(node)
-        return Value(params_of=params, rank_test=RankTest(True, True) if compares_rank and not same_everywhere else None)
+        if not compares_rank or same_everywhere:
+            return Value(params_of=params)
+        return Value(params_of=params, rank_test=RankTest(True, True, pins=_pinned_scope(node, values)))
 
     def rank_meaning(self, node: cst.Call, value: Value) -> Value:
         """What a call's result says of the rank, by the callee's name: `dist.get_rank()`,
@@ -767,6 +777,11 @@ class Walker:
             module = args[0] if args else kwargs.get("module", Value())
             event = self.emit(WRAP, node, targets=(module.ref,) if module.ref else (), **common)
             return Value(ref=module.ref, event=event)
+        if qname in _SETS_ENVIRONMENT and args and args[0].text is not None and UNKNOWN_PART not in args[0].text:
+            # `os.environ.setdefault("CUDA_VISIBLE_DEVICES", ...)`, `os.putenv(...)`: as `os.environ[...] = ...`
+            self.emit(SET_ENV, node, variable=args[0].text, value=args[1] if len(args) > 1 else Value(),
+                      only_if_unset=qname == "os.environ.setdefault", **common)
+            return Value(params_of=flowing)
         if qname is None and type(func) is cst.Name and func.value in _ITERABLE_WRAPPERS and args:
             each_of = (args[0].each_of or (args[0].ref if args[0].iterates is None else None)) if func.value in _VISITS_EVERY_ELEMENT else None
             return Value(iterates=args[0].iterates or args[0].ref, iterates_self=args[0].iterates_self, params_of=flowing,
@@ -1008,6 +1023,17 @@ class Walker:
                       index=len(self.flow.events), **fields)
         self.flow.events.append(event)
         return event
+
+
+def _pinned_scope(node: cst.Comparison, values: list[Value]) -> RankScope | None:
+    """`local_rank == 0`, `os.environ["LOCAL_RANK"] == "0"`: where it holds, one rank of that scope passes."""
+    if len(node.comparisons) != 1 or type(node.comparisons[0].operator) is not cst.Equal:
+        return None
+    sides = ((node.left, values[0]), (node.comparisons[0].comparator, values[1]))
+    for (_, rank_side), (constant, _) in (sides, sides[::-1]):
+        if rank_side.rank is not None and not rank_side.rank.formatted and type(constant) in (cst.Integer, cst.SimpleString):
+            return rank_side.rank.scope
+    return None
 
 
 def _returned_on_either_path(earlier: Value, later: Value) -> Value:
