@@ -242,6 +242,8 @@ NEEDS_PROCESS_GROUP = frozenset({
 })
 # Calls that ask whether a group exists: code that asks may read the rank only where one does.
 PROCESS_GROUP_QUERIES = frozenset({"torch.distributed.is_initialized", "torch.distributed.distributed_c10d.is_initialized"})
+# Tests of whether the run is distributed at all: the same on every rank, and where false, one process runs.
+DISTRIBUTED_RUN_TESTS = PROCESS_GROUP_QUERIES | {"torch.distributed.is_available"}
 # torch.distributed calls that neither need nor start a process group.
 PROCESS_GROUP_FREE = frozenset({"is_available", "is_nccl_available", "is_gloo_available", "is_mpi_available", "is_ucc_available",
                                 "is_xccl_available", "is_torchelastic_launched", "get_node_local_rank"})

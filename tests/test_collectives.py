@@ -534,3 +534,59 @@ def test_a_collective_under_and_with_a_parameter_left_none_is_dead():
     assert lines(source.format(passed="")) == []
     assert lines(source.format(passed=", global_rank=0")) == [9]
     assert lines(source.format(passed="").replace(" and dist.is_initialized()", " or dist.is_initialized()")) == [9]
+
+
+def test_main_process_first_through_a_helper_that_also_asks_for_a_process_group():
+    # miles_diffusion: the other ranks wait, rank 0 works, then releases them; outside a process group
+    # there is one process, so `not dist.is_initialized() or ...` differs between ranks as its rank test does.
+    helper = """
+    def is_main():
+        return {test}
+
+    def load():
+        if not is_main():
+            dist.barrier()
+        resource = object()
+        if is_main():
+            dist.barrier()
+        return resource
+    """
+    assert lines(helper.format(test="not dist.is_initialized() or dist.get_rank() == 0")) == []
+    assert lines(helper.format(test="not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0")) == []
+    # A test the model cannot read on the other side still makes the whole no rank test of its own.
+    assert lines(helper.format(test="not ready() or dist.get_rank() == 0")) == [7]
+
+
+def test_a_rank_that_leaves_the_process_does_not_reach_what_follows():
+    # fsdp-learning-cs336-style: rank 0 joins the barrier and exits; the others join it after the guard.
+    source = """
+    def main():
+        rank = int(os.environ["RANK"])
+        if rank == 0:
+            dist.barrier()
+            {ending}
+        dist.barrier()
+    """
+    assert lines(source.format(ending="sys.exit(0)")) == []
+    assert lines(source.format(ending="os._exit(0)")) == []
+    assert lines(source.format(ending="print('done')")) == [5]
+
+
+def test_a_rank_read_on_one_path_and_a_literal_on_the_other_is_the_rank():
+    # FSDP-Communication-Optimization: `rank = 0` where there is no process group; `if rank == 0:` still guards.
+    assert lines("""
+    def setup():
+        if "RANK" in os.environ:
+            rank = int(os.environ["RANK"])
+            dist.init_process_group("nccl")
+        else:
+            rank = 0
+        return rank
+
+    def main(model):
+        rank = setup()
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if rank == 0:
+            torch.save(state, "model.pt")
+        torch.save(state, "every-rank.pt")
+    """, "FSDP204") == [15]

@@ -234,11 +234,16 @@ def falsy_defaults(function: cst.FunctionDef) -> set[str]:
     return {p.name.value for p in params if type(p.default) is cst.Name and p.default.value in ("False", "None")}
 
 
+_ENDS_PROCESS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+
+
 def exits_block(suite: cst.CSTNode) -> bool:
-    """The block ends in `return`, `raise`, `continue` or `break`: what follows it runs only where its test failed."""
+    """The block ends in `return`, `raise`, `continue`, `break` or `sys.exit()`: what follows it runs
+    only where its test failed."""
     body = statements_of(suite)
-    last = body[-1] if body else None
-    return type(last) is cst.SimpleStatementLine and isinstance(last.body[-1], (cst.Return, cst.Raise, cst.Continue, cst.Break))
+    last = body[-1].body[-1] if body and type(body[-1]) is cst.SimpleStatementLine else None
+    return isinstance(last, (cst.Return, cst.Raise, cst.Continue, cst.Break)) \
+        or type(last) is cst.Expr and type(last.value) is cst.Call and dotted_name(last.value.func) in _ENDS_PROCESS
 
 
 def no_statements() -> None:

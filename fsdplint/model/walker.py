@@ -213,15 +213,22 @@ class Walker:
             if all(value is values[0] for value in values):
                 joined[key] = values[0]
                 continue
-            refs = {value.ref for value in values}
-            if len(refs) == 1:
-                continue  # the same object on every path (`model = FSDP(model)` in one arm): the last arm's value
             ranks, tests = {value.rank for value in values}, {value.rank_test for value in values}
             if len(tests) == 2 and None in tests and all(value.rank_test or value.literal for value in values):
                 # A flag set from the rank on one path and a literal on the other (`serve = True; if
                 # dist.is_initialized(): if rank > 0: serve = False`): the literal is the same on every
                 # rank, so where the flag differs between ranks it does as the test says.
                 tests.discard(None)
+            if len(ranks) == 2 and None in ranks and all(value.rank or value.literal for value in values):
+                # The rank on one path and a literal on the other (`rank = 0` where there is no process
+                # group): where the value differs between ranks, it is the rank.
+                ranks.discard(None)
+            if len({value.ref for value in values}) == 1:
+                # the same object on every path (`model = FSDP(model)` in one arm): the last arm's value
+                last = joined.get(key)
+                if last is not None and last.rank is None and len(ranks) == 1:
+                    joined[key] = replace(last, rank=next(iter(ranks)))
+                continue
             ref = Ref(self.new_version(key)) if "." not in key else None
             if ref is None:
                 joined.pop(key, None)  # `self.x`: read again as the attribute itself
@@ -656,7 +663,13 @@ class Walker:
                 return _not_none(left, right)  # `head or None`
             # `model.backbone or model.model`: one of the two modules.
             either = _either([left.ref, right.ref]) if operator == "or" else None
-            return Value(ref=either, params_of=refs_of((left, right)), rank_test=RankTest.combine(operator, left.rank_test, right.rank_test))
+            # `not dist.is_initialized() or rank == 0`: where there is no process group there is one
+            # process, and where there is one, every rank sees it: the whole differs between ranks as the rank test does.
+            if self.asks_for_process_group(node.left) or self.asks_for_process_group(node.right):
+                rank_test = left.rank_test or right.rank_test
+            else:
+                rank_test = RankTest.combine(operator, left.rank_test, right.rank_test)
+            return Value(ref=either, params_of=refs_of((left, right)), rank_test=rank_test)
         if type(node) is cst.IfExp:
             test, body, orelse = (self.expr(part, statement, parents) for part in (node.test, node.body, node.orelse))
             truth = False if test.always_false else self.static_truth(node.test)
@@ -692,6 +705,14 @@ class Walker:
             if all(len(entry.callees) == 1 for entry in entries):
                 return Value(params_of=params, table=tuple(entry.callees[0] for entry in entries))
         return Value(params_of=params)
+
+    def asks_for_process_group(self, node: cst.CSTNode) -> bool:
+        """`dist.is_initialized()`, `dist.is_available() and dist.is_initialized()`, or their negation."""
+        while type(node) is cst.UnaryOperation and type(node.operator) is cst.Not:
+            node = node.expression
+        if type(node) is cst.BooleanOperation:
+            return self.asks_for_process_group(node.left) and self.asks_for_process_group(node.right)
+        return type(node) is cst.Call and self.file.qualify(node.func) in distributed.DISTRIBUTED_RUN_TESTS
 
     def comparison(self, node: cst.Comparison, statement: cst.CSTNode, parents: tuple) -> Value:
         """`rank == 0`, `dist.get_rank() != 0`, `local_rank in (-1, 0)`: true on some ranks only.
