@@ -94,6 +94,7 @@ def _destroys(program, flow, event) -> bool:
     # A function of the run that destroys the process group, by name: a script may reach it through a
     # call the model cannot resolve (`trainer.close()`).
     name = event.method if event.kind == METHOD else (event.qname or "").rsplit(".", 1)[-1] if event.kind == CALL else None
-    return name is not None and any(any(call.qname == DESTROY for call in callee.of_kind(CALL))
+    # One the budget left unknown may destroy it.
+    return name is not None and any(callee.exhausted or any(call.qname == DESTROY for call in callee.of_kind(CALL))
                                     for callee in program.flows_named(name, mentioning=DESTROY.rsplit(".", 1)[-1]))
 

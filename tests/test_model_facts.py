@@ -562,8 +562,9 @@ def test_functions_skipped_for_the_programs_budget_are_one_note_per_file(monkeyp
     from fsdplint.discovery import discover
     from fsdplint.model import program as program_module
 
-    (tmp_path / "train.py").write_text("from torch.distributed.fsdp import fully_shard\n\ndef main(model):\n    fully_shard(model)\n\ndef other(model):\n    fully_shard(model)\n")
-    monkeypatch.setattr(program_module, "PROGRAM_BUDGET", 1)
+    text = "from torch.distributed.fsdp import fully_shard\n\ndef main(model):\n    fully_shard(model)\n\ndef other(model):\n    fully_shard(model)\n"
+    (tmp_path / "train.py").write_text(text)
+    monkeypatch.setattr(program_module, "PROGRAM_BUDGET", len(text) // program_module.CHARACTERS_PER_STEP + 1)  # its parse, then one step
     engine = _engine(None, None, None, True)
     sources, problems = engine.read(discover([tmp_path], engine.settings.excluded, engine.settings.project_root, force_exclude=False))
     notes = engine.check(sources, problems).notes
@@ -585,9 +586,14 @@ def test_a_start_the_programs_budget_never_reaches_is_not_parsed(monkeypatch):
         return model.build_file_model(source, cst.parse_module(source.text))
 
     starts = [model.UnparsedFile(SourceFile(Path(name), name, text, "utf-8", False), parse) for name, text in texts.items()]
-    monkeypatch.setattr(program_module, "PROGRAM_BUDGET", 3)
+    parsing = len(texts["train.py"]) // program_module.CHARACTERS_PER_STEP  # what parsing it is charged
+    monkeypatch.setattr(program_module, "PROGRAM_BUDGET", parsing)
+    assert [(flow.file.display, flow.skipped) for flow in model.Program(starts).flows] == [("train.py", True), ("train.py", True)]
+    parsed.clear()
+    monkeypatch.setattr(program_module, "PROGRAM_BUDGET", parsing + 3)
+    starts = [model.UnparsedFile(start.source, parse) for start in starts]
     program = model.Program(starts)
-    assert parsed == ["train.py"]  # the file that mentions FSDP first; its function's 3 expressions spend the budget
+    assert parsed == ["train.py"]  # the file that mentions FSDP first; its parse and its function's 3 expressions spend the budget
     assert [start.source.display for start in program.unanalyzed] == ["helpers.py"]
     assert [(flow.file.display, flow.skipped) for flow in program.flows] == [("train.py", False), ("train.py", True)]
     assert model.Program(starts).files == program.files and parsed == ["train.py"]  # a file is parsed once

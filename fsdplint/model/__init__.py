@@ -14,8 +14,9 @@ meet, a name bound to different objects on them is a new value again. The arms o
 statement (`if`/`elif`/`else`, `match` cases, `except` handlers, a dispatch table's functions, the rest
 of a block after an arm that returns) are exclusive: events in different arms are never ordered against
 each other (`Event.exclusive`). Loops over known values (literal tuples, `itertools.chain`, ...) visit
-them in order. A flow evaluates at most `FLOW_BUDGET` expressions, and the files analyzed together at most
-`PROGRAM_BUDGET` (files that import FSDP first); past either, the facts are unknown.
+them in order. A flow evaluates at most `FLOW_BUDGET` expressions, and the files analyzed together spend
+at most `PROGRAM_BUDGET` steps, evaluating and parsing (files that import FSDP first); past either, the
+facts are unknown.
 
 Values are tracked as `Ref`s: a root (a local name, made unique per inlined call and per binding) and
 a path of attributes, where `[]` stands for any element (`model.layers[i]`, a loop variable over

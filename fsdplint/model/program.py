@@ -16,7 +16,7 @@ from fsdplint.model.files import FileModel, FunctionInfo, UnparsedFile
 from fsdplint.model.flow import Flow
 from fsdplint.model.summaries import Summary
 from fsdplint.model.syntax import bound_names, statements_of
-from fsdplint.model.walker import PROGRAM_BUDGET, BudgetExhausted, Walker
+from fsdplint.model.walker import CHARACTERS_PER_STEP, PROGRAM_BUDGET, BudgetExhausted, Walker
 
 
 class Program:
@@ -30,6 +30,8 @@ class Program:
         called, and get a flow of their own only when a rule asks for one (`flow_of`, `flows_named`)."""
         self.files: list[FileModel] = [file for file in files if isinstance(file, FileModel)]  # the parsed files
         self.unanalyzed: list[UnparsedFile] = []  # starts the budget never reached: no flows, parsed only if a lookup needs them
+        # Expressions evaluated and characters parsed (CHARACTERS_PER_STEP to a step) left to the run.
+        self.steps_left = PROGRAM_BUDGET
         self.last_call_id = 0  # each inlined call's own id, for the names of its variables (`save@12:state`)
         self.summaries: dict[tuple, list[Summary]] = {}  # by calling context (summaries.Context.key)
         self._functions_by_name: dict[str, list[FunctionInfo]] = {}
@@ -48,7 +50,6 @@ class Program:
             self._index(file)
         # The run's budget goes first to the files that mention FSDP, whose flows rules report on most;
         # in each of the two, functions before module bodies.
-        self.steps_left = PROGRAM_BUDGET
         function_flows: list[tuple[int, Flow]] = []  # with the position of the file among `files`
         module_flows: list[tuple[int, Flow]] = []
         for tier in (True, False):
@@ -164,6 +165,7 @@ class Program:
         if self._unparsed.pop(id(unparsed), None) is None:
             return  # parsed already, under another of its names
         file = unparsed.load()
+        self.steps_left -= len(unparsed.source.text) // CHARACTERS_PER_STEP
         if file is not None:
             self.files.append(file)
             self._index(file)

@@ -111,11 +111,15 @@ _SETS_ENVIRONMENT = frozenset({"os.environ.setdefault", "os.putenv"})
 # (no events), so that no input makes a run take minutes. The largest flow of accelerate's 1,846
 # evaluates 77k; nearly all evaluate under 5k.
 FLOW_BUDGET = 40_000
-# Expressions one program (the files analyzed together) may evaluate over all its flows: past it, the
-# flows not yet built are unknown, so that a repository where nearly every file uses torch.distributed
-# (Megatron-LM: 750 files, 8.8M expressions, six minutes) still ends in well under one. accelerate's
-# largest program evaluates 2.1M.
-PROGRAM_BUDGET = 2_500_000
+# Work one program (the files analyzed together) may do, over all its flows and parses: past it, the
+# flows not yet built are unknown and the starts not yet reached are not parsed, so that a repository
+# where nearly every file uses torch.distributed ends in under a minute (Megatron-LM: 750 files, 8.8M
+# expressions; NVIDIA-NeMo/Automodel: one program of 855 files, 12 MB, 82 s and 1 GB unbounded). The
+# largest program of the benchmark repositories, DeepSpeed's, takes 2.2M expressions and 5.5 MB parsed.
+PROGRAM_BUDGET = 4_000_000
+# Parsing a file is charged to the same budget, one step per this many characters: on this machine one
+# step (an expression evaluated) costs about what LibCST takes to parse 4-5 characters.
+CHARACTERS_PER_STEP = 4
 
 class BudgetExhausted(Exception):
     """A flow evaluated more than FLOW_BUDGET expressions."""
