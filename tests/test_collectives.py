@@ -553,6 +553,12 @@ def test_main_process_first_through_a_helper_that_also_asks_for_a_process_group(
     """
     assert lines(helper.format(test="not dist.is_initialized() or dist.get_rank() == 0")) == []
     assert lines(helper.format(test="not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0")) == []
+    # through a helper and a name, as miles_diffusion's `not _is_distributed() or dist.get_rank() == 0`
+    assert lines("""
+    def is_distributed():
+        return dist.is_available() and dist.is_initialized()
+    """ + helper.format(test="not is_distributed() or dist.get_rank() == 0")) == []
+    assert lines(helper.replace("return {test}", "initialized = dist.is_initialized()\n        return initialized and dist.get_rank() == 0")) == []
     # A test the model cannot read on the other side still makes the whole no rank test of its own.
     assert lines(helper.format(test="not ready() or dist.get_rank() == 0")) == [7]
 

@@ -983,3 +983,24 @@ def test_setting_an_environment_variable_by_any_spelling_is_one_event():
     """)
     settings = [(event.variable, event.value.text, event.only_if_unset) for event in flow_of(program, None).of_kind(model.SET_ENV)]
     assert settings == [("MASTER_ADDR", "localhost", False), ("MASTER_PORT", "29500", True), ("CUDA_VISIBLE_DEVICES", "0", False)]
+
+
+def test_whether_the_run_is_distributed_is_the_same_on_every_rank_and_drops_out_of_a_rank_test():
+    program = program_of("""
+    import torch.distributed as dist
+
+    def is_distributed():
+        return dist.is_available() and dist.is_initialized()
+
+    def is_main():
+        return not is_distributed() or dist.get_rank() == 0
+
+    def is_main_or_ready(ready):
+        return not ready or dist.get_rank() == 0
+    """)
+    distributed = flow_of(program, "is_distributed").returned
+    assert distributed.run_test and distributed.rank_test is None
+    # where the run is not distributed, one process runs: the whole differs between ranks as `rank == 0`
+    assert flow_of(program, "is_main").returned.rank_test == model.RankTest(True, True, pins=model.GLOBAL_RANK)
+    # a test of anything else may be false on every rank: true on some ranks only, where it is false
+    assert flow_of(program, "is_main_or_ready").returned.rank_test == model.RankTest(False, True)

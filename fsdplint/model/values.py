@@ -136,6 +136,9 @@ class Value:
     # How the value differs between ranks when computed from the rank (RANK_NUMBER, RANK_COUNT, RANK_PART).
     rank_derived: str | None = None
     world_size: bool = False  # the number of processes: `dist.get_world_size()`, `WORLD_SIZE`, `world_size`
+    # Whether the run is distributed at all (`dist.is_initialized()`), or its negation: the same on
+    # every rank, and where the run is not distributed, one process runs.
+    run_test: bool = False
     # The string it holds, where known: a literal, a parameter passed or defaulting to one, a name
     # assigned one once, an f-string of those (a part not known stands as UNKNOWN_PART).
     text: str | None = None

@@ -519,7 +519,7 @@ class Walker:
             bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, iterates_self=value.iterates_self, elements=value.elements,
                           rank=value.rank, constant=constant, literal=value.constant, rank_test=value.rank_test, visits=value.visits,
                           callees=value.callees, table=value.table, built_by=value.built_by, rank_derived=value.rank_derived,
-                          world_size=value.world_size, text=value.text if once else None)
+                          world_size=value.world_size, text=value.text if once else None, run_test=value.run_test)
             if root and value.built_by:
                 self.flow.write(Write.INSTANCE, root, value.built_by)
         self.env[key] = bound
@@ -667,9 +667,11 @@ class Walker:
                 return _not_none(left, right)  # `head or None`
             # `model.backbone or model.model`: one of the two modules.
             either = _either([left.ref, right.ref]) if operator == "or" else None
+            if left.run_test and right.run_test:  # `dist.is_available() and dist.is_initialized()`
+                return Value(run_test=True)
             # `not dist.is_initialized() or rank == 0`: where there is no process group there is one
             # process, and where there is one, every rank sees it: the whole differs between ranks as the rank test does.
-            if self.asks_for_process_group(node.left) or self.asks_for_process_group(node.right):
+            if left.run_test or right.run_test:
                 rank_test = left.rank_test or right.rank_test
             else:
                 rank_test = RankTest.combine(operator, left.rank_test, right.rank_test)
@@ -682,7 +684,7 @@ class Walker:
             return _not_none(body, orelse) or Value(params_of=refs_of((test, body, orelse)))
         if type(node) is cst.UnaryOperation and type(node.operator) is cst.Not:
             operand = self.expr(node.expression, statement, parents)
-            return Value(rank_test=operand.rank_test.negated() if operand.rank_test else None)
+            return Value(rank_test=operand.rank_test.negated() if operand.rank_test else None, run_test=operand.run_test)
         if type(node) in (cst.Tuple, cst.List):
             elements = tuple(self.expr(element.value, statement, parents) for element in node.elements)
             params = refs_of(elements)
@@ -710,14 +712,6 @@ class Walker:
                 return Value(params_of=params, table=tuple(entry.callees[0] for entry in entries))
         return Value(params_of=params)
 
-    def asks_for_process_group(self, node: cst.CSTNode) -> bool:
-        """`dist.is_initialized()`, `dist.is_available() and dist.is_initialized()`, or their negation."""
-        while type(node) is cst.UnaryOperation and type(node.operator) is cst.Not:
-            node = node.expression
-        if type(node) is cst.BooleanOperation:
-            return self.asks_for_process_group(node.left) and self.asks_for_process_group(node.right)
-        return type(node) is cst.Call and self.file.qualify(node.func) in distributed.DISTRIBUTED_RUN_TESTS
-
     def comparison(self, node: cst.Comparison, statement: cst.CSTNode, parents: tuple) -> Value:
         """`rank == 0`, `dist.get_rank() != 0`, `local_rank in (-1, 0)`: true on some ranks only.
         The same on every rank: `local_rank == -1` and `os.environ.get("RANK") is None` (launched
@@ -743,6 +737,8 @@ class Walker:
         if value.rank is not None or value.rank_test:
             return value  # an inlined function returned it, `int(rank)`, `dist.get_rank()`, `os.environ.get("RANK")`
         qname = self.file.qualify(node.func)
+        if qname in distributed.DISTRIBUTED_RUN_TESTS:
+            return dataclasses.replace(value, run_test=True)
         # `Cluster().get_rank()`: a method of an object, by the method's name.
         method = node.func.attr.value if type(node.func) is cst.Attribute else ""
         name = (qname or dotted_name(node.func) or method).rsplit(".", 1)[-1]
@@ -1026,7 +1022,7 @@ class Walker:
                 given = env.get(name, Value())
                 env[name] = Value(ref=Ref(prefix + name), params_of=given.params_of, rank=given.rank, constant=given.constant,
                                   rank_test=given.rank_test, always_false=name in falsy and name not in env,
-                                  rank_derived=given.rank_derived, world_size=given.world_size, text=given.text)
+                                  rank_derived=given.rank_derived, world_size=given.world_size, text=given.text, run_test=given.run_test)
                 self.flow.write(Write.ASSIGNED_ROOT, prefix + name)
                 self.record_origin(prefix + name, given.event)
         chain, call_sites = (self.chain, self.call_sites) if through_wrapper else (self.chain + (callee.name,), self.call_sites + (node,))
