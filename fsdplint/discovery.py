@@ -9,6 +9,7 @@ always checked, unless `--force-exclude` (what pre-commit passes) applies `exclu
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,14 +36,28 @@ def _spec(patterns: list[str]) -> pathspec.GitIgnoreSpec:
     return pathspec.GitIgnoreSpec.from_lines(patterns)
 
 
-def _gitignore(folder: Path) -> pathspec.PathSpec | None:
+@dataclass(frozen=True)
+class _GitIgnore:
+    folders: pathspec.PathSpec  # every pattern
+    # The patterns that may match a Python file: not those of folders only (`build/`: the walk does not
+    # enter an ignored folder), nor those of another extension (`*.pyc`, `*.so`); negations always.
+    python_files: pathspec.PathSpec
+
+
+_OTHER_EXTENSION = re.compile(r"\.(?!pyi?$)[A-Za-z0-9_]+$")
+
+
+def _gitignore(folder: Path) -> _GitIgnore | None:
     file = folder / ".gitignore"
-    if file.is_file():
-        try:
-            return _spec(file.read_text(errors="replace").splitlines())
-        except OSError:
-            return None
-    return None
+    if not file.is_file():
+        return None
+    try:
+        lines = file.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    kept = [line for line in lines if line.lstrip().startswith("!")
+            or not (line.rstrip().endswith("/") or _OTHER_EXTENSION.search(line.rstrip()))]
+    return _GitIgnore(_spec(lines), _spec(kept))
 
 
 def _display(path: Path) -> str:
@@ -86,12 +101,15 @@ def discover(paths: list[Path], exclude: list[str], project_root: Path, force_ex
 
 def _walk(root: Path, is_excluded, found: dict[str, Candidate]) -> None:
     seen_folders: set[tuple[int, int]] = set()
-    ignores: list[tuple[str, pathspec.PathSpec]] = []  # (absolute folder + "/", its .gitignore)
+    ignores: list[tuple[str, _GitIgnore]] = []  # (absolute folder + "/", its .gitignore)
     cwd = os.getcwd()
 
     def ignored_by_git(absolute: str, is_dir: bool) -> bool:
-        for base, spec in ignores:
-            if absolute.startswith(base) and spec.match_file(absolute[len(base):] + ("/" if is_dir else "")):
+        for base, ignore in ignores:
+            if is_dir:
+                if absolute.startswith(base) and ignore.folders.match_file(absolute[len(base):] + "/"):
+                    return True
+            elif absolute.startswith(base) and ignore.python_files.match_file(absolute[len(base):]):
                 return True
         return False
 

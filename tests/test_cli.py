@@ -530,6 +530,19 @@ def test_gitignored_file_skipped(project):
     assert "ignored.py" in check(project, "ignored.py").stdout
 
 
+def test_gitignore_patterns_of_folders_other_extensions_and_negations(tmp_path):
+    # Python files are matched against the patterns that may match one (folders are pruned by the
+    # walk, `*.pyc` cannot match): the same files as git's rules over every pattern.
+    from fsdplint.discovery import discover
+
+    (tmp_path / ".gitignore").write_text("build*/\n*.pyc\ngen_*.py\n!gen_keep.py\nscratch\n*.py[cod]\nnotes.txt\n")
+    for name in ("kept.py", "gen_a.py", "gen_keep.py", "scratch", "build_x/inside.py", "pkg/scratch/deep.py", "pkg/ok.pyi", "a.pyc"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    found = sorted(candidate.path.relative_to(tmp_path).as_posix() for candidate in discover([tmp_path], [], tmp_path, False))
+    assert found == ["gen_keep.py", "kept.py", "pkg/ok.pyi"]
+
+
 def test_default_excludes(project):
     (project / ".venv").mkdir()
     (project / ".venv" / "lib.py").write_text(BAD)
