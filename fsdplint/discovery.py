@@ -21,6 +21,8 @@ DEFAULT_EXCLUDES = [
     "__pycache__", ".eggs", "*.egg-info", ".fsdplint_cache",
 ]
 
+_DEFAULT_FOLDERS = frozenset(DEFAULT_EXCLUDES) - {"*.egg-info"}  # that one is matched by its suffix
+
 
 class DiscoveryError(Exception):
     """A path on the command line that cannot be checked."""
@@ -68,22 +70,22 @@ def _display(path: Path) -> str:
 
 
 def discover(paths: list[Path], exclude: list[str], project_root: Path, force_exclude: bool) -> list[Candidate]:
-    excluded = _spec(DEFAULT_EXCLUDES + exclude)
-    # The default excludes name folders (and `*.egg-info`): no `.py` file matches them, so files are
-    # matched against the user's patterns only, and not at all when there are none.
-    excluded_files = _spec(exclude) if exclude else None
+    # The default excludes name folders (and `*.egg-info`) at any depth: a folder is matched by its
+    # name, and no `.py` file matches them. Paths are matched against the user's patterns only when there are some.
+    excluded = _spec(exclude) if exclude else None
     root = project_root.as_posix()
 
     def is_excluded(path: Path, is_dir: bool | None = None) -> bool:
         if is_dir is None:
             is_dir = path.is_dir()
-        spec = excluded if is_dir else excluded_files
-        if spec is None:
+        if is_dir and (path.name in _DEFAULT_FOLDERS or path.name.endswith(".egg-info")):
+            return True
+        if excluded is None:
             return False
         absolute = os.path.abspath(path).replace(os.sep, "/")
         relative = absolute[len(root) + 1:] if absolute.startswith(root + "/") else absolute.lstrip("/")
         suffix = "/" if is_dir else ""
-        return spec.match_file(path.name + suffix) or spec.match_file(relative + suffix)
+        return excluded.match_file(path.name + suffix) or excluded.match_file(relative + suffix)
 
     found: dict[str, Candidate] = {}
     for given in paths:
