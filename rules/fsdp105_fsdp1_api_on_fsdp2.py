@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from fsdplint import distributed
 from fsdplint.rule import Finding, FixAvailability, Rule, Severity
 
 _FSDP1_METHODS = {
@@ -60,8 +61,12 @@ class Fsdp1ApiOnFsdp2Module(Rule):
     fix_availability = FixAvailability.SAFE
 
     def check(self, program) -> Iterable[Finding]:
-        from fsdplint.model import CALL, METHOD
+        from fsdplint.model import CALL, FSDP1_WRAPPER, METHOD
         from fsdplint.rulekit import at, calls, code, no_sync_fix, via, where
+
+        # Objects of these classes wrap a module: where a test says the receiver is one, it is not the
+        # module `fully_shard` was applied to (which keeps its own class), and their `no_sync` is their own.
+        wrappers = (*distributed.DATA_PARALLEL_WRAPPERS, FSDP1_WRAPPER)
 
         for flow in program.flows:
             for event in flow.of_kind(METHOD, CALL):
@@ -74,8 +79,8 @@ class Fsdp1ApiOnFsdp2Module(Rule):
                 else:
                     continue
                 shard = flow.sharding_of(module, event.index, fsdp=2)
-                if shard is None:
-                    continue
+                if shard is None or flow.isinstance_known(event, module, wrappers):
+                    continue  # `if isinstance(model, DDP): model.no_sync()`: there, it is DDP's
                 fix = no_sync_fix(event) if method == "no_sync" else None
                 advice = _FSDP1_METHODS[method].format(m=receiver)
                 yield Finding(event.file, event.node,

@@ -885,3 +885,27 @@ def test_a_shard_of_a_module_the_model_cannot_name_may_be_the_roots_block():
     """
     assert codes(source.format(blocks="for layer in self.layers.values():\n                self._shard(module=layer)"), select=["FSDP101"]) == []
     assert codes(source.format(blocks="pass"), select=["FSDP101"]) == [(8, "FSDP101")]
+
+
+def test_a_test_that_the_module_is_a_wrapper_of_another_kind_says_what_it_is_there():
+    # dion: DDP where there is no mesh, fully_shard where there is one; `no_sync` only under
+    # `isinstance(model, DDP) and ...`, where the model is DDP's, not the module fully_shard was applied to.
+    source = """
+    import torch
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def main(mesh, x, accumulate):
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))
+        if mesh is not None:
+            fully_shard(model)
+        else:
+            model = DDP(model)
+        if {test}:
+            with model.no_sync():
+                model(x).sum().backward()
+    """
+    assert codes(source.format(test="isinstance(model, DDP) and accumulate"), ["FSDP105"]) == []
+    assert codes(source.format(test="not (not isinstance(model, torch.nn.parallel.DistributedDataParallel) or not accumulate)"), ["FSDP105"]) == []
+    assert codes(source.format(test="isinstance(model, DDP) or accumulate"), ["FSDP105"]) == [(13, "FSDP105")]
+    assert codes(source.format(test="isinstance(model, torch.nn.Module) and accumulate"), ["FSDP105"]) == [(13, "FSDP105")]

@@ -185,10 +185,7 @@ class Flow:
         for candidate in self.of_kind(CALL):
             if candidate.qname in ("isinstance", "hasattr") and len(candidate.args) == 2 and candidate.args[0].ref is not None:
                 tests.setdefault(id(candidate.node), []).append(candidate)
-        for node, in_body in event.branches():
-            test, holds = node.test, in_body
-            if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
-                test, holds = test.expression, not holds
+        for test, holds in (fact for node, in_body in event.branches() for fact in _parts_that_hold(node.test, in_body)):
             check = next((check for check in tests.get(id(test), ()) if ref.is_within(check.args[0].ref)), None)
             if check is None:
                 continue
@@ -283,3 +280,12 @@ class Flow:
         return not chosen or "FULL_STATE_DICT" in chosen[-1].file.code(chosen[-1].node)
 
 
+def _parts_that_hold(test: cst.CSTNode, holds: bool) -> Iterator[tuple[cst.CSTNode, bool]]:
+    """The test and what follows of its parts where it has truth `holds`: `not` folded in, each part
+    of `a and b` where it is true, of `a or b` where it is false."""
+    while type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+        test, holds = test.expression, not holds
+    yield test, holds
+    if type(test) is cst.BooleanOperation and type(test.operator) is (cst.And if holds else cst.Or):
+        yield from _parts_that_hold(test.left, holds)
+        yield from _parts_that_hold(test.right, holds)
