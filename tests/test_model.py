@@ -909,3 +909,21 @@ def test_a_test_that_the_module_is_a_wrapper_of_another_kind_says_what_it_is_the
     assert codes(source.format(test="not (not isinstance(model, torch.nn.parallel.DistributedDataParallel) or not accumulate)"), ["FSDP105"]) == []
     assert codes(source.format(test="isinstance(model, DDP) or accumulate"), ["FSDP105"]) == [(13, "FSDP105")]
     assert codes(source.format(test="isinstance(model, torch.nn.Module) and accumulate"), ["FSDP105"]) == [(13, "FSDP105")]
+
+
+def test_blocks_found_through_chained_conditional_aliases_are_the_models():
+    # bionemo-framework: `base = model.model if ... else model.esm`, then `base.encoder.layers if ... else
+    # base.encoder.layer`: the layers sharded are the model's, sharded before it.
+    assert codes("""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from transformers import AutoModelForMaskedLM
+
+    def main():
+        model = AutoModelForMaskedLM.from_pretrained("esm2")
+        base = model.model if hasattr(model, "model") else model.esm
+        stack = base.encoder.layers if hasattr(base.encoder, "layers") else base.encoder.layer
+        for layer in stack:
+            fully_shard(layer)
+        fully_shard(model)
+    """, ["FSDP101"]) == []

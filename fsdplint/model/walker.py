@@ -681,7 +681,8 @@ class Walker:
             truth = False if test.always_false else self.static_truth(node.test)
             if truth is not None:
                 return body if truth else orelse  # `x if outer is not None else None` with `outer` left None
-            return _not_none(body, orelse) or Value(params_of=refs_of((test, body, orelse)))
+            # `model.model if hasattr(model, "model") else model.esm`: one of the two modules, as with `or`
+            return _not_none(body, orelse) or Value(ref=_either([body.ref, orelse.ref]), params_of=refs_of((test, body, orelse)))
         if type(node) is cst.UnaryOperation and type(node.operator) is cst.Not:
             operand = self.expr(node.expression, statement, parents)
             return Value(rank_test=operand.rank_test.negated() if operand.rank_test else None, run_test=operand.run_test)
