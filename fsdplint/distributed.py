@@ -287,5 +287,8 @@ ITERABLE_DATASET_BASES = frozenset({"torch.utils.data.IterableDataset", "torch.u
 MAP_DATASETS = frozenset({"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"})
 # Wrappers that train a model replicated or sharded over the ranks of a process group.
 DATA_PARALLEL_WRAPPERS = frozenset({"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"})
+# Contexts under which nothing records gradients: code under them evaluates, it does not train.
+GRADIENT_FREE_CONTEXTS = frozenset({"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad",
+                                    "torch.autograd.grad_mode.inference_mode"})
 # Progress bars that iterate what they are given, as it is.
 PROGRESS_BARS = frozenset({"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm"})

@@ -113,6 +113,23 @@ def test_sampler_epoch_forms():
     assert fix_source(text, select=["FSDP311"]) == text  # a `while` loop has no variable for the epoch
 
 
+def test_an_evaluation_loop_under_no_grad_needs_no_new_order():
+    # bionemo-framework: the validation loader is iterated under `torch.no_grad()` in every epoch.
+    source = """
+    def train(model, dataset, val_dataset):
+        fully_shard(model)
+        val_loader = DataLoader(val_dataset, sampler=DistributedSampler(val_dataset))
+        for epoch in range(3):
+            model.train()
+            with {context}:
+                for x in val_loader:
+                    model(x)
+    """
+    assert lines(source.format(context="torch.no_grad()"), "FSDP311") == []
+    assert lines(source.format(context="torch.inference_mode()"), "FSDP311") == []
+    assert lines(source.format(context="torch.autocast('cuda')"), "FSDP311") == [5]
+
+
 def test_sampler_epoch_fix_needs_a_variable_that_only_ever_holds_the_sampler():
     source = """
     def train(model, dataset, use_dist):

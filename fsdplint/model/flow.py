@@ -46,6 +46,11 @@ class Loop:
     rank_guards: tuple[RankGuard, ...] = ()  # the guards around the loop, as Event.rank_guards
     call_sites: tuple[cst.Call, ...] = ()
     around: tuple[cst.CSTNode, ...] = ()  # the statements around it, across inlined calls (Event.outer + Event.parents)
+    contexts: tuple[Event, ...] = ()  # the `with` items around it, as Event.contexts
+
+    def computes_gradients(self) -> bool:
+        """Not under `with torch.no_grad():` or `torch.inference_mode()`: an evaluation loop is."""
+        return not any(context.qname in distributed.GRADIENT_FREE_CONTEXTS for context in self.contexts)
 
     def body(self, flow: Flow) -> list[Event]:
         return flow.events[self.first:self.end]

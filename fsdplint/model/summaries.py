@@ -294,7 +294,8 @@ class Copier:
         return Loop(loop.node, self.value(loop.iterable), loop.file, loop.function, self.chain(loop.chain), loop.first + self.index_offset,
                     loop.end + self.index_offset, self.rank_guards(loop.rank_guards),
                     self.rebase("call_sites", loop.call_sites, self.summary.around.call_sites, self.around.call_sites, _same),
-                    self.rebase("outer", loop.around, self.summary.around.outer, self.around.outer, _same))
+                    self.rebase("outer", loop.around, self.summary.around.outer, self.around.outer, _same),
+                    self.rebase("contexts", loop.contexts, self.summary.around.contexts, self.around.contexts, self.event))
 
     def write(self, write: tuple[Write, object, object]) -> tuple[Write, object, object]:
         kind, key, value = write

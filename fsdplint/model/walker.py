@@ -374,7 +374,7 @@ class Walker:
 
     def record_loop(self, node: cst.For | cst.While, iterable: Value | None, first: int, parents: tuple[cst.CSTNode, ...]) -> None:
         self.flow.loops.append(Loop(node, iterable, self.file, self.function, self.chain, first, len(self.flow.events),
-                                    self.rank_guards, self.call_sites, self.outer + parents))
+                                    self.rank_guards, self.call_sites, self.outer + parents, self.contexts))
 
     def part_by_rank(self, index: cst.BaseSlice | None) -> str | None:
         """RANK_PART for a subscript that picks a part by the rank (`data[rank::world_size]`, `chunks[rank]`,
