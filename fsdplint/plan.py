@@ -191,7 +191,8 @@ def make_plan(
     if is_entry is None:
         def is_entry(path: str) -> bool:
             text = info(path).text
-            return any(token in text for token in triggers) and any(marker in text for marker in DISTRIBUTED_MARKERS)
+            # The few markers first: most files of a repository without FSDP code hold none of them.
+            return any(marker in text for marker in DISTRIBUTED_MARKERS) and any(token in text for token in triggers)
 
     parsed = set(filter(is_entry, paths))
     # Callers, to a fixed point: functions reaching trigger code, and the files that import them.
@@ -212,12 +213,12 @@ def make_plan(
         reaching |= pending
     # Callees, to a fixed point: files defining a function some parsed file may call, or a class whose
     # methods it may call (`Net().shard(mesh)`, inherited from a base class of another file).
+    wanted = {name for path in parsed for name in info(path).references}
     defined_in: dict[str, list[str]] = {}
-    for path in paths:
+    for path in paths if wanted else ():  # a run with nothing parsed reads no file for its definitions
         if path not in parsed:
             for name in defined_names(info(path).text):
                 defined_in.setdefault(name, []).append(path)
-    wanted = {name for path in parsed for name in info(path).references}
     seen: set[str] = set()
     starts = set(parsed)
     while wanted - seen:
