@@ -437,6 +437,7 @@ class Engine:
                                                       file.source.text.splitlines()[:1]))
             for rule in self.rules:
                 findings += self._check_isolated(rule, program, diagnostics)
+            program.release()
         return findings
 
     def _check_isolated(self, rule: Rule, program: Program, diagnostics: list[Diagnostic]) -> list[Finding]:

@@ -1004,3 +1004,29 @@ def test_whether_the_run_is_distributed_is_the_same_on_every_rank_and_drops_out_
     assert flow_of(program, "is_main").returned.rank_test == model.RankTest(True, True, pins=model.GLOBAL_RANK)
     # a test of anything else may be false on every rank: true on some ranks only, where it is false
     assert flow_of(program, "is_main_or_ready").returned.rank_test == model.RankTest(False, True)
+
+
+def test_a_released_program_is_freed_by_reference_counting_not_the_cyclic_collector():
+    import gc
+    import weakref
+
+    program = program_of("""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    class Net:
+        def shard(self, model):
+            fully_shard(model)
+
+    def main(model):
+        Net().shard(model)
+        dist.barrier()
+    """)
+    file, flow = weakref.ref(program.files[0]), weakref.ref(program.flows[0])
+    gc.disable()
+    try:
+        program.release()
+        del program
+        assert file() is None and flow() is None
+    finally:
+        gc.enable()

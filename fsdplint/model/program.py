@@ -103,6 +103,20 @@ class Program:
         flow.done_walking()
         return flow
 
+    def release(self) -> None:
+        """Breaks the model's reference cycles (each flow and its program, each function and its file)
+        once the rules have run: what the findings do not hold is then freed by reference counting as
+        soon as the run drops the program, not by a pass of the cyclic collector over every node,
+        event and value (2.7 s of accelerate's 19 s). The findings' files and nodes stay."""
+        for file in self.files:
+            file.functions = {}
+        self.flows = []
+        self._flows_by_function = {}
+        self.class_shards = {}
+        self.summaries.clear()
+        self._functions_by_name = {}
+        self._resolved = {}
+
     def flow_of(self, function: FunctionInfo) -> Flow:
         """The flow of `function`'s own body (of a callee file's function, built when first asked)."""
         flow = self._flows_by_function.get(id(function.node))
