@@ -26,6 +26,10 @@ class Fsdp1ApiOnFsdp2Module(Rule):
     Turning gradient synchronization off and never back on means the gradients of the last
     micro-batch are not reduced either: every rank steps with its own gradients.
 
+    A call under a test that says the object is a DDP or FSDP1 wrapper (`if isinstance(model, DDP)
+    and accumulating: with model.no_sync(): ...`, in a script that shards with `fully_shard` on one
+    path and wraps in DDP on another) is that wrapper's own method, and is not reported.
+
     ## Example
     ```python
     with model.no_sync():

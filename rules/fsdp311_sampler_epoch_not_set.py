@@ -21,7 +21,8 @@ class SamplerEpochNotSet(Rule):
 
     A loader handed to code fsdplint does not follow (a trainer's method, a library's function)
     inside the epoch loop may have its epoch set there, and is not reported; neither is a sampler
-    whose `shuffle` is not the literal `True` or its default.
+    whose `shuffle` is not the literal `True` or its default, nor a loader iterated under
+    `torch.no_grad()` or `torch.inference_mode()` (an evaluation, whose batch order changes nothing).
 
     ## Example
     ```python
