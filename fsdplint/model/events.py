@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
 
-from fsdplint.model.syntax import holds_statement, statements_of, suites_of
+from fsdplint.model.syntax import holds_statement, parts_that_hold, statements_of, suites_of
 from fsdplint.model.values import Arms, Ref, Value
 
 if TYPE_CHECKING:
@@ -159,13 +159,8 @@ class Event:
         path = self.outer + self.parents + (self.statement,)
 
         def add(test: cst.CSTNode, truth: bool) -> None:
-            while type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
-                test, truth = test.expression, not truth
             # `a and b` true: both true; `a or b` false: both false.
-            if type(test) is cst.BooleanOperation and isinstance(test.operator, cst.And if truth else cst.Or):
-                add(test.left, truth)
-                add(test.right, truth)
-            facts.add((self.file.code(test).strip(), truth))
+            facts.update((self.file.code(part).strip(), holds) for part, holds in parts_that_hold(test, truth))
 
         for node, in_body in self.branches():
             add(node.test, in_body)

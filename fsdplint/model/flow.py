@@ -21,7 +21,7 @@ from fsdplint.model.events import (
     EventKind,
 )
 from fsdplint.model.names import BUILTINS
-from fsdplint.model.syntax import string_value
+from fsdplint.model.syntax import parts_that_hold, string_value
 from fsdplint.model.values import RankScope, Ref, Value
 
 if TYPE_CHECKING:
@@ -190,7 +190,7 @@ class Flow:
         for candidate in self.of_kind(CALL):
             if candidate.qname in ("isinstance", "hasattr") and len(candidate.args) == 2 and candidate.args[0].ref is not None:
                 tests.setdefault(id(candidate.node), []).append(candidate)
-        for test, holds in (fact for node, in_body in event.branches() for fact in _parts_that_hold(node.test, in_body)):
+        for test, holds in (fact for node, in_body in event.branches() for fact in parts_that_hold(node.test, in_body)):
             check = next((check for check in tests.get(id(test), ()) if ref.is_within(check.args[0].ref)), None)
             if check is None:
                 continue
@@ -284,13 +284,3 @@ class Flow:
         chosen = chosen or [e for e in self.events[:event.index] if (e.qname or e.method or "").endswith("set_state_dict_type")]
         return not chosen or "FULL_STATE_DICT" in chosen[-1].file.code(chosen[-1].node)
 
-
-def _parts_that_hold(test: cst.CSTNode, holds: bool) -> Iterator[tuple[cst.CSTNode, bool]]:
-    """The test and what follows of its parts where it has truth `holds`: `not` folded in, each part
-    of `a and b` where it is true, of `a or b` where it is false."""
-    while type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
-        test, holds = test.expression, not holds
-    yield test, holds
-    if type(test) is cst.BooleanOperation and type(test.operator) is (cst.And if holds else cst.Or):
-        yield from _parts_that_hold(test.left, holds)
-        yield from _parts_that_hold(test.right, holds)

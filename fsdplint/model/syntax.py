@@ -234,6 +234,17 @@ def falsy_defaults(function: cst.FunctionDef) -> set[str]:
     return {p.name.value for p in params if type(p.default) is cst.Name and p.default.value in ("False", "None")}
 
 
+def parts_that_hold(test: cst.CSTNode, holds: bool) -> Iterator[tuple[cst.CSTNode, bool]]:
+    """The test and what follows of its parts where it has truth `holds`: `not` folded in, each part
+    of `a and b` where it is true, of `a or b` where it is false."""
+    while type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+        test, holds = test.expression, not holds
+    yield test, holds
+    if type(test) is cst.BooleanOperation and type(test.operator) is (cst.And if holds else cst.Or):
+        yield from parts_that_hold(test.left, holds)
+        yield from parts_that_hold(test.right, holds)
+
+
 _ENDS_PROCESS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 
 
