@@ -229,6 +229,28 @@ def test_loops_over_known_values_visit_them_in_order():
     assert targets("by_enumerate") == [model.Ref("model", ("b",)), model.Ref("model", ("a",))]
 
 
+def test_a_parameter_holds_what_its_argument_holds_and_a_default_empty_list_adds_nothing():
+    """TorchSpec's `apply_fsdp2(model, modules_to_shard=list(draft.layers))` with `for module in
+    modules_to_shard or []:` shards the draft's layers; near miss: an argument of unknown contents."""
+    program = program_of("""
+    from torch.distributed.fsdp import fully_shard
+    def apply(model, modules_to_shard=None):
+        for module in modules_to_shard or []:
+            fully_shard(module)
+        fully_shard(model)
+    def by_list(model):
+        apply(model, modules_to_shard=list(model.layers))
+    def by_comprehension(model):
+        apply(model, [m for name, m in model.named_modules() if "mid" in name])
+    def unknown(model, blocks):
+        apply(model, blocks)
+    """)
+    targets = lambda name: [event.target for event in events(flow_of(program, name), model.SHARD)]
+    assert targets("by_list") == [model.Ref("model", ("layers", "[]")), model.Ref("model")]
+    assert targets("by_comprehension")[0].root == "model" and targets("by_comprehension")[0].is_submodule
+    assert targets("unknown")[0].root != "model"
+
+
 def test_an_if_in_each_pass_of_an_unrolled_loop_is_its_own():
     flow = flow_of(program_of("""
     from torch.distributed.fsdp import fully_shard

@@ -665,6 +665,8 @@ class Walker:
                 return right  # `target = module or self` where `module` was left None: `self`
             if operator == "or" and right.constant == "None":
                 return _not_none(left, right)  # `head or None`
+            if operator == "or" and right.elements == ():
+                return left  # `modules or []`: its elements, or none to visit
             # `model.backbone or model.model`: one of the two modules.
             either = _either([left.ref, right.ref]) if operator == "or" else None
             if left.run_test and right.run_test:  # `dist.is_available() and dist.is_initialized()`
@@ -1021,9 +1023,10 @@ class Walker:
                 env[name] = Value(text=text)
             if name not in env or env[name].ref is None:
                 given = env.get(name, Value())
-                env[name] = Value(ref=Ref(prefix + name), params_of=given.params_of, rank=given.rank, constant=given.constant,
-                                  rank_test=given.rank_test, always_false=name in falsy and name not in env,
-                                  rank_derived=given.rank_derived, world_size=given.world_size, text=given.text, run_test=given.run_test)
+                # The argument's object under the parameter's name: what it holds and what it is, not
+                # the event that made it nor the container it was taken from (the caller's to know).
+                env[name] = replace(given, ref=Ref(prefix + name), event=None, element=None, literal=None,
+                                    always_false=name in falsy and name not in env)
                 self.flow.write(Write.ASSIGNED_ROOT, prefix + name)
                 self.record_origin(prefix + name, given.event)
         chain, call_sites = (self.chain, self.call_sites) if through_wrapper else (self.chain + (callee.name,), self.call_sites + (node,))
