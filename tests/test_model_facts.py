@@ -1052,3 +1052,50 @@ def test_a_released_program_is_freed_by_reference_counting_not_the_cyclic_collec
         assert file() is None and flow() is None
     finally:
         gc.enable()
+
+
+def _value_with_every_field_set() -> model.Value:
+    """A Value none of whose fields is at its default, each naming a variable of the caller where it can."""
+    from types import SimpleNamespace
+
+    def function(name):
+        return SimpleNamespace(node=object(), name=name)
+
+    caller = model.Ref("x", ("layers",))
+    made = SimpleNamespace(kind=model.CALL, qname="build", method=None, binding=None, targets=(), node=None)
+    return model.Value(
+        ref=caller, params_of=frozenset({caller}), iterates=caller, iterates_self=True, event=made,
+        elements=(model.Value(ref=model.Ref("y")),), visits=(model.Value(ref=model.Ref("z")),), callees=(function("f"),),
+        table=(function("g"),), rank=model.Rank(model.GLOBAL_RANK), constant="True", literal="True",
+        rank_test=model.RankTest(True, True), always_false=True, element=model.Element(caller, "0", ()), each_of=caller,
+        built_by="Model", rank_derived=model.RANK_NUMBER, world_size=True, run_test=True, text="cuda")
+
+
+def test_a_calling_contexts_shape_and_a_copied_walk_keep_every_field_of_a_value():
+    """summaries.py lists Value's fields by hand twice (the shape of a calling context, and the copy of
+    a walk into another call): a field added to Value and left out of either would make two contexts
+    that differ in it one, or drop it from every copied walk."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from fsdplint.model import summaries
+
+    full = _value_with_every_field_set()
+    assert all(getattr(full, f.name) != f.default for f in dataclasses.fields(model.Value)), "set every field"
+    flow = SimpleNamespace(optimizer_bindings=set())
+
+    def shape(value):
+        return summaries._Shaper(flow, "own@1:").value(value)
+
+    for f in dataclasses.fields(model.Value):
+        assert shape(dataclasses.replace(full, **{f.name: f.default})) != shape(full), f"the context's shape ignores Value.{f.name}"
+
+    # A copy into a call where the caller's `x`, `y`, `z` are `a`, `b`, `c` and its event is another.
+    recorded = summaries.Context((), roots=["x", "y", "z"], events=[full.event], values=[])
+    other_event = SimpleNamespace()
+    summary = SimpleNamespace(context=recorded, first_call_id=1, last_call_id=1, start=0, events=[], around=None)
+    copier = summaries.Copier(summary, summaries.Context((), roots=["a", "b", "c"], events=[other_event], values=[]), None, 1, 0)
+    copy = copier.value(full)
+    for f in dataclasses.fields(model.Value):
+        assert getattr(copy, f.name) != f.default, f"a copied walk drops Value.{f.name}"
+    assert copy.ref == model.Ref("a", ("layers",)) and copy.event is other_event and copy.elements[0].ref == model.Ref("b")
