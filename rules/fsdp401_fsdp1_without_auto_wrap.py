@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import re
 from typing import Iterable
 
 from fsdplint.rule import Finding, FixAvailability, Rule, Severity
@@ -84,9 +83,12 @@ class Fsdp1WithoutAutoWrap(Rule):
         """Why the call wraps one unit: "with no `auto_wrap_policy`", "…whose `recurse` is ignored", else None."""
         import libcst as cst
 
+        from fsdplint.model.syntax import reads_name
         from fsdplint.rulekit import argument
 
-        given = argument(event, 4, "auto_wrap_policy")  # FullyShardedDataParallel(module, process_group, sharding_strategy, cpu_offload, auto_wrap_policy, ...)
+        # FullyShardedDataParallel(module, process_group, sharding_strategy, cpu_offload, auto_wrap_policy, ...);
+        # torch 1.11 named it `fsdp_auto_wrap_policy`.
+        given = argument(event, _POLICY_POSITION, "auto_wrap_policy") or argument(event, None, "fsdp_auto_wrap_policy")
         policy = given[0] if given else None
         if given is None or given[1].constant == "None":
             return "with no `auto_wrap_policy`"
@@ -94,13 +96,13 @@ class Fsdp1WithoutAutoWrap(Rule):
             policy = policy.args[0].value
         if isinstance(policy, cst.Lambda):
             params = [param.name.value for param in policy.params.params]
-            body = event.file.code(policy.body)
+            body = policy.body
         else:
             function = program.resolve_callable(event.file, event.function, policy)
             if function is None:
                 return None
             params = function.params
-            body = function.file.code(function.node.body)
-        if "recurse" in params and not re.search(r"\brecurse\b", body):
+            body = function.node.body
+        if "recurse" in params and not reads_name(body, "recurse"):
             return f"with an `auto_wrap_policy` that ignores `recurse` (`{event.file.code(policy).strip()}`)"
         return None

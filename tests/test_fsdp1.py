@@ -268,7 +268,9 @@ def test_fsdp401_policy_forms():
     g = FSDP(Net(), **kwargs)
     h = FSDP(torch.nn.Linear(4, 4))
     i = FSDP(Net(), auto_wrap_policy=None, sharding_strategy=ShardingStrategy.NO_SHARD)
-    """, select=["FSDP401"]) == [(7, "FSDP401"), (8, "FSDP401"), (9, "FSDP401"), (10, "FSDP401")]
+    j = FSDP(Net(), fsdp_auto_wrap_policy=default_auto_wrap_policy)  # torch 1.11's name
+    k = FSDP(Net(), fsdp_auto_wrap_policy=blocks)
+    """, select=["FSDP401"]) == [(7, "FSDP401"), (8, "FSDP401"), (9, "FSDP401"), (10, "FSDP401"), (17, "FSDP401")]
 
 
 def test_fsdp502_fixes_and_advice():

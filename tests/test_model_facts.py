@@ -905,6 +905,45 @@ def test_files_are_parsed_without_node_validation_and_nodes_built_after_are_stil
         cst.UnaryOperation(operator=cst.Not(whitespace_after=cst.SimpleWhitespace("")), expression=cst.Name("x"))
 
 
+def test_the_rest_of_a_block_after_an_arm_known_taken_that_returns_does_not_run():
+    """ezpz's `wrap_model(model, use_fsdp=False)` returns through `if not use_fsdp: return DDP(model)`:
+    the `fully_shard` after it never runs. Likewise where both arms of an `if` leave the block. Near
+    misses: a flag the model does not know, and a taken arm that falls through."""
+    program = program_of("""
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    def wrap(model, use_fsdp=True):
+        if not use_fsdp:
+            return DDP(model)
+        fully_shard(model)
+        return model
+    def wrap_is(model, use_fsdp=True):
+        if use_fsdp is False:
+            return DDP(model)
+        return fully_shard(model)
+    def both_exit(model, flag):
+        if flag:
+            return model
+        else:
+            raise ValueError(flag)
+        fully_shard(model)
+    def falls_through(model, use_fsdp=True):
+        if not use_fsdp:
+            model = DDP(model)
+        fully_shard(model)
+    def without_fsdp(model, flag):
+        wrap(model, use_fsdp=False)
+        wrap_is(model, use_fsdp=False)
+        both_exit(model, flag)
+    def unknown(model, flag):
+        wrap(model, use_fsdp=flag)
+        falls_through(model, use_fsdp=False)
+    """)
+    shards = lambda name: [event.chain[-1] for event in events(flow_of(program, name), model.SHARD)]
+    assert shards("without_fsdp") == []
+    assert shards("unknown") == ["wrap", "falls_through"]
+
+
 def test_a_test_on_an_integer_the_call_passed_takes_one_arm():
     """mochi's `get_model(..., world_size=1)`: `if world_size > 1:` wraps in FSDP, so with 1 the wrap
     never runs; with 2 it does, and with a value the model does not know, either arm may run."""

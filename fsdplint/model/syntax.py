@@ -320,3 +320,14 @@ def subexpressions(node: cst.CSTNode) -> list[cst.CSTNode]:
     if type(node) in (cst.StarredElement, cst.NamedExpr, cst.Yield, cst.Expr):
         return [node.value] if node.value is not None else []
     return [child for child in node.children if isinstance(child, cst.BaseExpression)]
+
+
+def reads_name(node: cst.CSTNode, name: str) -> bool:
+    """Whether the code under `node` mentions the name `name` (a policy function that reads `recurse`)."""
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        if type(current) is cst.Name and current.value == name:
+            return True
+        pending.extend(current.children)
+    return False

@@ -141,6 +141,9 @@ class Walker:
         self.stack = stack + ((id(function.node),) if function else ())
         self.returned = Value()
         self.returns = 0  # `return` statements with a value walked so far
+        # Every path through the statement just walked leaves the block (an `if` whose test is known
+        # and whose arm taken returns, both arms raising): the rest of the block does not run.
+        self.path_ended = False
         self.meta_depth = 0
         self.outer = outer  # statements around the call sites that led here (Event.outer)
         # What holds for every event of this walk, the caller's included (see Event).
@@ -195,9 +198,11 @@ class Walker:
             self.env = dict(start)
             with self.arm(branching, number):
                 walk()
-            if not exits:
+            if not exits and not self.path_ended:
                 reaching.append((number, self.env))
+            self.path_ended = False
         self.env = self.join([env for _, env in reaching]) if reaching else start
+        self.path_ended = not reaching
         if rank_test is not None and len(reaching) == 2:
             test, holds = rank_test.condition()
             for key, value in self.env.items():
@@ -255,6 +260,8 @@ class Walker:
             saved, saved_arms = self.rank_guards, self.arms
             for statement in suite.body:
                 test = self.statement(statement, parents)
+                if self.path_ended:
+                    break
                 if type(statement) is not cst.If:
                     continue
                 # `if not is_main: return`: the rest of the block runs where the test is false.
@@ -297,8 +304,8 @@ class Walker:
 
             # A test known true or false takes one arm; a path that ends in its arm (`return`, `raise`)
             # brings nothing to what follows.
-            self.branches(node, [(body if truth is not False else no_statements, exits_block(node.body) and truth is not False),
-                                 (orelse if truth is not True else no_statements, else_arm_exits(node) and truth is not True)],
+            self.branches(node, [(body, exits_block(node.body)) if truth is not False else (no_statements, True),
+                                 (orelse, else_arm_exits(node)) if truth is not True else (no_statements, True)],
                           RankGuard(node, GUARD_BODY, self.file, self.chain, test.equivalent) if test and test.when_true and test.when_false else None)
             return test
         elif type(node) is cst.For:
@@ -310,9 +317,11 @@ class Walker:
                     self.passes = f"{passes}/{number}"
                     self.bind(node.target, visit)
                     self.walk_suite(node.body, inner)
+                    self.path_ended = False  # a pass that leaves the loop body: the next one still runs
                 self.passes = passes
                 if node.orelse:
                     self.walk_suite(node.orelse.body, inner)
+                    self.path_ended = False  # after a `break`, what follows the loop runs
                 return None
             element = self.element_of(iterable)
             container = iterable.ref if iterable.iterates is None else iterable.each_of
@@ -327,16 +336,19 @@ class Walker:
                 self.flow.write(Write.DERIVED, self.env[node.target.value].ref.root, self.roots_read(node.iter))
             first = len(self.flow.events)
             self.walk_suite(node.body, inner)
+            self.path_ended = False  # the body may run no time
             self.record_loop(node, iterable, first, parents)
             self.env = self.join([before, self.env])  # the body may run no time
             if node.orelse:
                 self.walk_suite(node.orelse.body, inner)
+                self.path_ended = False
         elif type(node) is cst.While:
             self.expr(node.test, node, parents)
             before = self.env
             self.env = dict(before)
             first = len(self.flow.events)
             self.walk_suite(node.body, inner)
+            self.path_ended = False
             self.record_loop(node, None, first, parents)
             self.env = self.join([before, self.env])
         elif type(node) is cst.With:
@@ -363,10 +375,13 @@ class Walker:
             # A handler runs after part of the body: it is no arm apart from the body, only from the
             # other handlers and the `else`.
             self.walk_suite(node.body, inner)
+            self.path_ended = False  # a handler may run after part of the body
             arms = [(lambda handler=handler: self.walk_suite(handler.body, inner), exits_block(handler.body)) for handler in node.handlers]
             self.branches(node, arms + [(lambda: self.walk_suite(node.orelse.body, inner) if node.orelse else None, False)])
             if node.finalbody:
+                self.path_ended = False  # `finally` runs on every path
                 self.walk_suite(node.finalbody.body, inner)
+            self.path_ended = False
         elif type(node) is cst.Match:
             self.expr(node.subject, node, parents)
             # Without a catch-all case, no case may match: a last arm that does nothing.
@@ -413,10 +428,10 @@ class Walker:
             return decisive if decisive in sides else (not decisive if sides == (not decisive, not decisive) else None)
         if type(test) is cst.Comparison and len(test.comparisons) == 1:
             comparison = test.comparisons[0]
-            if type(comparison.comparator) is cst.Name and comparison.comparator.value == "None":
-                known = self.parameter_constant(test.left)
+            if type(comparison.comparator) is cst.Name and comparison.comparator.value in ("None", "True", "False"):
+                known = self.parameter_constant(test.left)  # `if use_fsdp is False:` with `use_fsdp=False` passed
                 if known is not None and type(comparison.operator) in (cst.Is, cst.IsNot):
-                    return (known == "None") == (type(comparison.operator) is cst.Is)
+                    return (known == comparison.comparator.value) == (type(comparison.operator) is cst.Is)
             # `if world_size > 1:` where the call passed `world_size=1`
             number = _integer(self.parameter_constant(test.left))
             bound = _integer(comparison.comparator.value) if type(comparison.comparator) is cst.Integer else None
