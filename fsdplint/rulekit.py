@@ -194,12 +194,16 @@ def device_arguments(event: Event) -> Iterator[tuple[cst.CSTNode, Value]]:
 
     from fsdplint.model import CALL
 
-    positional, keywords = argument_values(event)
     # `Net().cuda(i)` is a CALL the model could not resolve, `model.cuda(i)` a METHOD.
     method = event.node.func.attr.value if isinstance(event.node.func, cst.Attribute) else None
-    if event.kind == CALL and event.qname in DEVICE_CALLS:
+    every = event.kind == CALL and event.qname in DEVICE_CALLS
+    first = not every and method in _DEVICE_METHODS and not distributed.is_torch_name(event.qname or "")
+    if not (every or first) and _DEVICE_KEYWORDS.isdisjoint(event.kwargs):
+        return  # most calls: nothing to pair up
+    positional, keywords = argument_values(event)
+    if every:
         yield from positional
-    elif method in _DEVICE_METHODS and not distributed.is_torch_name(event.qname or ""):
+    elif first:
         yield from positional[:1]
     for keyword, (node, value) in keywords.items():
         if keyword not in _DEVICE_KEYWORDS:

@@ -1138,3 +1138,59 @@ def test_a_calling_contexts_shape_and_a_copied_walk_keep_every_field_of_a_value(
     for f in dataclasses.fields(model.Value):
         assert getattr(copy, f.name) != f.default, f"a copied walk drops Value.{f.name}"
     assert copy.ref == model.Ref("a", ("layers",)) and copy.event is other_event and copy.elements[0].ref == model.Ref("b")
+
+
+def test_a_forward_is_a_call_of_a_sharded_module_not_of_a_part_of_one():
+    """LongLive: `get_q = module.get_quantized_parameters; get_q(...)` for each module of a sharded
+    model calls a method, which runs no FSDP hook. Calling a sharded block, or a module of
+    `model.modules()` (which may be the model itself), is a forward."""
+    program = program_of("""
+    from torch.distributed.fsdp import fully_shard
+    def main(model, x):
+        for layer in model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        for name, module in model.named_modules():
+            get_q = module.get_quantized_parameters
+            get_q("weight")
+        block = model.layers[0]
+        block(x)
+        for module in model.modules():
+            module(x)
+    """)
+    main = flow_of(program, "main")
+    called = [(event.target, main.collective(event)) for event in events(main, model.CALL_VALUE)]
+    assert [forward for _, forward in called] == [None, "forward", "forward"], called
+
+
+def test_in_init_a_module_is_sharded_only_by_what_ran_before():
+    """LongLive: `__init__` quantizes `self.model.critic` and wraps it after; what other methods of the
+    class shard on `self` is no fact before that. Near miss: a later method, which runs after `__init__`."""
+    program = program_of("""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    class Trainer:
+        def __init__(self, policy):
+            self.model.critic.step()
+            self.model.critic = FSDP(self.model.critic, auto_wrap_policy=policy)
+        def train(self):
+            self.model.critic.step()
+    """)
+    for function, sharded in (("Trainer.__init__", False), ("Trainer.train", True)):
+        flow = flow_of(program, function)
+        step = next(event for event in events(flow, model.METHOD) if event.method == "step")
+        assert bool(flow.sharding_of(step.target, step.index, fsdp=1)) is sharded, function
+
+
+def test_a_name_rebound_to_a_call_on_itself_keeps_what_it_was_made_from():
+    """TorchSpec: `dflash = DFlashModel(draft_model=draft)`, then `dflash = load_state(dflash, ...)`: still
+    the module built around `draft` (whose layers were sharded). Near miss: a new object under the name."""
+    program = program_of("""
+    def main(draft, state):
+        wrapped = Wrapper(draft_model=draft)
+        wrapped = load_state(wrapped, state)
+        other = Wrapper(draft_model=draft)
+        other = Fresh()
+    """)
+    derived = flow_of(program, "main").derived_from
+    assert "draft" in derived["wrapped"]
+    assert not any("draft" in sources for root, sources in derived.items() if root.startswith("other#"))

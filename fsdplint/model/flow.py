@@ -162,20 +162,26 @@ class Flow:
         kinds = {2: (SHARD,), 1: (WRAP,), None: (SHARD, WRAP)}[fsdp]
         return self.of_kind(*kinds)
 
-    def sharding_of(self, ref: Ref, before: int, fsdp: int | None = 2) -> Event | None:
-        """The last shard event that manages `ref` (it or a module it lives in) before event `before`.
+    def sharding_of(self, ref: Ref, before: int, fsdp: int | None = 2, unit: bool = False) -> Event | None:
+        """The last shard event that manages `ref` (it or a module it lives in) before event `before`;
+        with `unit`, one whose module `ref` is or may be (calling it runs FSDP's hooks), not a part of one.
 
         With `fsdp=1` or `2`, only when every event that manages it is of that FSDP: a module that both
         `fully_shard` and `FullyShardedDataParallel` reach (`if use_fsdp2: fully_shard(model) else:
         model = FSDP(model)`) is of neither, since which one runs is not known. Falls back to what
-        other methods of the same class shard on `self`.
+        other methods of the same class shard on `self`, except in `__init__`, which runs before any
+        of them, and where this flow shards the module itself later (it says when).
         """
+        def manages(event: Event) -> bool:
+            return any(ref.is_one_of(target) or ref.may_be(target) if unit else ref.is_within(target) for target in event.targets)
+
         at = self.events[before] if before < len(self.events) else None
         managing = [event for event in itertools.takewhile(lambda event: event.index < before, self.of_kind(SHARD, WRAP))
-                    if any(ref.is_within(target) for target in event.targets) and not (at and event.exclusive(at))]
-        if not managing and ref.root == "self" and self.function and self.function.class_name:
+                    if manages(event) and not (at and event.exclusive(at))]
+        if not managing and ref.root == "self" and self.function and self.function.class_name and self.function.name != "__init__" \
+                and not any(manages(event) for event in self.of_kind(SHARD, WRAP)):
             managing = [event for event in self.program.class_shards.get((self.file.module_name, self.function.class_name), ())
-                        if any(ref.is_within(target) for target in event.targets)]
+                        if manages(event)]
         if fsdp is not None and {event.kind for event in managing} != {SHARD if fsdp == 2 else WRAP}:
             return None
         return managing[-1] if managing else None
@@ -257,8 +263,8 @@ class Flow:
             if event.method == "state_dict" and self.sharding_of(event.target, event.index, fsdp=1) and self._fsdp1_full_state_dict(event):
                 return event.method
             return None
-        if event.kind == CALL_VALUE and event.target is not None and self.sharding_of(event.target, event.index, fsdp=None):
-            return "forward"
+        if event.kind == CALL_VALUE and event.target is not None and self.sharding_of(event.target, event.index, fsdp=None, unit=True):
+            return "forward"  # of the module sharded: calling a part of it (`get = module.method; get()`) runs no hook
         return None
 
     def sharded_only_after(self, event: Event) -> bool:

@@ -213,6 +213,8 @@ class Copier:
     def rebase(self, field: str, items: tuple, old_base: tuple, new_base: tuple, each) -> tuple:
         """A tuple of the walk, which starts with the first caller's part (`old_base`): this caller's
         part, then the walk's own part, mapped. Events share these tuples: each is mapped once."""
+        if items is old_base:
+            return new_base  # an event of the callee's own body, outside its tests, loops and calls
         key = (field, id(items))
         mapped = self.tuples.get(key)
         if mapped is None:

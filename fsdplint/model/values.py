@@ -68,6 +68,13 @@ class Ref:
             return False
         return all(mine == theirs or mine in _ANY_STEP or theirs in _ANY_STEP for mine, theirs in zip(self.path, other.path))
 
+    def is_one_of(self, other: Ref) -> bool:
+        """`self` is `other` or one of the modules its `[]` steps stand for (`model.layers.0` of
+        `model.layers.[]`), as far as known: a step of `self` that stands for any (`model.*.proj`) may be
+        another module than `other`'s."""
+        return self.root == other.root and len(self.path) == len(other.path) \
+            and all(mine == theirs or theirs in _ANY_STEP for mine, theirs in zip(self.path, other.path))
+
     def may_be(self, other: Ref) -> bool:
         """`self` is `other`, or may be: `m` in `for m in model.modules()` (`model.*`) may be `model` itself."""
         return self == other or self.path[-1:] == (SELF_OR_BELOW,) and Ref(self.root, self.path[:-1]).may_be(other)

@@ -574,7 +574,8 @@ class Walker:
         if event.chain == self.chain:
             sources |= self.roots_read(event.node) - {root}
         if sources:
-            self.flow.write(Write.DERIVED, root, sources)
+            # `model = load_state(model, ...)`: still the object it was, with what it was made from.
+            self.flow.write(Write.DERIVED_MORE if root in sources else Write.DERIVED, root, sources)
 
     # expressions
 
