@@ -1185,12 +1185,17 @@ def test_a_name_rebound_to_a_call_on_itself_keeps_what_it_was_made_from():
     """TorchSpec: `dflash = DFlashModel(draft_model=draft)`, then `dflash = load_state(dflash, ...)`: still
     the module built around `draft` (whose layers were sharded). Near miss: a new object under the name."""
     program = program_of("""
+    import copy
+    import torch
     def main(draft, state):
         wrapped = Wrapper(draft_model=draft)
         wrapped = load_state(wrapped, state)
         other = Wrapper(draft_model=draft)
         other = Fresh()
+        twin = copy.deepcopy(draft)
+        twin = torch.compile(twin)
     """)
     derived = flow_of(program, "main").derived_from
     assert "draft" in derived["wrapped"]
+    assert "draft" not in derived["twin"]  # a deep copy is no part of the original
     assert not any("draft" in sources for root, sources in derived.items() if root.startswith("other#"))

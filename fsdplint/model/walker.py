@@ -566,6 +566,7 @@ class Walker:
             built_by = self.flow.constructed.get(event.args[0].ref.root)
             if built_by:
                 self.flow.write(Write.CONSTRUCTED, root, built_by)
+            return  # a new object, no part of the original
         elif event.kind in (CALL, META) and event.qname:
             self.flow.write(Write.CONSTRUCTED, root, event.qname)
         # `get_module(model, path)`, `model.get_submodule(path)`; and, for a call written here (not one
