@@ -16,12 +16,6 @@ if TYPE_CHECKING:
 
 
 # torch.nn classes that hold blocks, unlike single layers such as torch.nn.Linear.
-_TORCH_CONTAINERS = {"Sequential", "ModuleList", "ModuleDict", "Transformer", "TransformerEncoder", "TransformerDecoder"}
-# Single layers of other libraries, which hold no blocks to shard first (Transformer Engine's fused
-# layers; its TransformerLayer is a block of its own and not here).
-_LIBRARY_LAYERS = frozenset({f"transformer_engine.pytorch.{name}" for name in ("Linear", "LayerNormLinear", "LayerNorm", "RMSNorm", "LayerNormMLP", "GroupedLinear")})
-
-
 # nn containers with no forward of their own, and how to iterate the modules they hold.
 FORWARDLESS_CONTAINERS = {"ModuleList": "", "ModuleDict": ".values()"}
 
@@ -320,14 +314,14 @@ def shards_nothing(wrap: Event) -> bool:
     return strategy is not None and (wrap.file.qualify(strategy[0]) or "").endswith("ShardingStrategy.NO_SHARD")
 
 
-def is_leaf_or_part(flow: Flow, root: Ref, shards: list[Event]) -> bool:
-    """Whether a module sharded (or wrapped) whole is fine as one unit: a single layer
-    (`torch.nn.Linear`, `transformer_engine.pytorch.LayerNormLinear`) has no blocks, and a module taken from another sharded model
-    (`module = get_module(model, path)`) is one of that model's units."""
-    built_by = flow.constructed.get(root.root, "")
-    if built_by.startswith("torch.nn.") and built_by.rsplit(".", 1)[-1] not in _TORCH_CONTAINERS or built_by in _LIBRARY_LAYERS:
-        return True
-    return taken_from_sharded(flow, root, shards)
+def is_leaf_or_part(flow: Flow, root: Ref, shards: list[Event], at: Event) -> bool:
+    """Whether a module sharded (or wrapped) whole at `at` is fine as one unit: one known to hold no
+    block of layers (a single layer, a `Sequential` of layers, a class that builds only layers: see
+    model.modules), and a module taken from another sharded model (`module = get_module(model, path)`),
+    which is one of that model's units."""
+    from fsdplint.model.modules import holds_no_blocks
+
+    return holds_no_blocks(flow, root, at.index) or taken_from_sharded(flow, root, shards)
 
 
 def taken_from_sharded(flow: Flow, root: Ref, shards: list[Event]) -> bool:

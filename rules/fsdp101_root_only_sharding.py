@@ -17,7 +17,9 @@ class RootOnlySharding(Rule):
     peak memory is that of the unsharded model, which is what FSDP was meant to avoid.
 
     A deliberate single unit for a small sub-module (a vision encoder, an embedding) that is
-    followed by sharding the root is not reported: only a root with no sharded sub-module is.
+    followed by sharding the root is not reported: only a root with no sharded sub-module is. Nor is
+    a model known to hold no blocks: a single layer, an `nn.Sequential` of layers, or an `nn.Module`
+    class of the checked files whose `__init__` builds only layers (the two-Linear model of a test).
 
     ## Example
     ```python
@@ -64,7 +66,7 @@ class RootOnlySharding(Rule):
                 if any(t.root == root.root and t.is_submodule or t.root != root.root and root.root in flow.derived_from.get(t.root, ())
                        for other in shards for t in other.targets):
                     continue
-                if flow.escapes(root, 0, event.index) or is_leaf_or_part(flow, root, shards) or forwardless_container(flow, event):
+                if flow.escapes(root, 0, event.index) or is_leaf_or_part(flow, root, shards, event) or forwardless_container(flow, event):
                     continue  # a container is FSDP107's
                 name = code(event, event.node.args[0].value)
                 yield Finding(event.file, event.node,

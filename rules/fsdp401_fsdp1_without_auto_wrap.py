@@ -22,8 +22,9 @@ class Fsdp1WithoutAutoWrap(Rule):
     children; a function such as `lambda module, recurse, nonwrapped_numel: isinstance(module,
     Block)` answers no for the root, so FSDP never reaches the blocks and the effect is the same.
 
-    Not reported: a single layer (`torch.nn.Linear`), a model whose blocks were wrapped one by one
-    before the root, `sharding_strategy=ShardingStrategy.NO_SHARD` (nothing is all-gathered), and
+    Not reported: a model known to hold no blocks (a single layer such as `torch.nn.Linear`, an
+    `nn.Sequential` of such layers, an `nn.Module` class of the checked files whose `__init__` builds
+    only such layers), a model whose blocks were wrapped one by one before the root, `sharding_strategy=ShardingStrategy.NO_SHARD` (nothing is all-gathered), and
     calls whose keyword arguments come from `**kwargs`.
 
     ## Example
@@ -71,7 +72,7 @@ class Fsdp1WithoutAutoWrap(Rule):
                 root = event.target
                 if any(t != root and (t.is_within(root) or root.is_within(t)) for other in wraps for t in other.targets):
                     continue  # blocks wrapped one by one, and the model around them
-                if is_leaf_or_part(flow, root, wraps):
+                if is_leaf_or_part(flow, root, wraps, event):
                     continue
                 name = code(event, positional[0].value)
                 yield Finding(event.file, event.node,

@@ -1199,3 +1199,54 @@ def test_a_name_rebound_to_a_call_on_itself_keeps_what_it_was_made_from():
     assert "draft" in derived["wrapped"]
     assert "draft" not in derived["twin"]  # a deep copy is no part of the original
     assert not any("draft" in sources for root, sources in derived.items() if root.startswith("other#"))
+
+
+def test_a_module_built_of_single_layers_holds_no_blocks():
+    """The toy models of tests and demos (pytorch/ao's `nn.Sequential(nn.Linear, nn.ReLU, nn.Linear)`
+    returned by a helper, ezpz's CNN whose `__init__` builds four layers) have no blocks to shard
+    first. Near misses: a ModuleList, a helper method that may build more, a base class of the run,
+    a Sequential of the run's blocks, a module from a call the model cannot read."""
+    from fsdplint.model.modules import holds_no_blocks
+
+    program = program_of("""
+    import torch
+    from torch import nn
+    from torch.distributed.fsdp import fully_shard
+    def get_model(k):
+        m = nn.Sequential(nn.Linear(k, k), nn.ReLU(), nn.Linear(k, k))
+        return m
+    class Net(nn.Module):
+        def __init__(self, size=28):
+            super().__init__()
+            self.conv = nn.Conv2d(1, 32, 3, 1)
+            self.fc = nn.Linear(self._features(size), 10)
+        @staticmethod
+        def _features(size):
+            return int(size) * 2
+    class Stack(nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(n)])
+    class Built(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+            self.build()
+    class Derived(Net):
+        pass
+    def main(rank, config):
+        a = get_model(4).to(rank)
+        b = Net().cuda()
+        c = Stack(4)
+        d = Built()
+        e = Derived()
+        f = nn.Sequential(Net(), Net())
+        g = load_model(config)
+        h = nn.Linear(4, 4)
+        h = h.to(rank)
+        for module in (a, b, c, d, e, f, g, h):
+            fully_shard(module)
+    """)
+    main = flow_of(program, "main")
+    known = [holds_no_blocks(main, event.target, event.index) for event in events(main, model.SHARD)]
+    assert known == [True, True, False, False, False, False, False, True], known

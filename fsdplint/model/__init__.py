@@ -40,7 +40,7 @@ function's events and the questions rules ask of them), `walker` (statements int
 (a callee's walk kept per calling context and copied into the other calls), `program`
 (the run's files and flows, name resolution across files), `ranks` (which calls and variables are the
 rank or the world size, by torch's and the launchers' names), `devices` (where a module is built, read
-from the flows).
+from the flows), `modules` (whether a module holds blocks to shard one by one, read from how it was built).
 """
 
 from fsdplint.model.events import (

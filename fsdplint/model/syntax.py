@@ -322,12 +322,16 @@ def subexpressions(node: cst.CSTNode) -> list[cst.CSTNode]:
     return [child for child in node.children if isinstance(child, cst.BaseExpression)]
 
 
-def reads_name(node: cst.CSTNode, name: str) -> bool:
-    """Whether the code under `node` mentions the name `name` (a policy function that reads `recurse`)."""
+def nodes_under(node: cst.CSTNode, kind: type[cst.CSTNode]) -> Iterator[cst.CSTNode]:
+    """The nodes of type `kind` in the code under `node` (itself included)."""
     pending = [node]
     while pending:
         current = pending.pop()
-        if type(current) is cst.Name and current.value == name:
-            return True
+        if type(current) is kind:
+            yield current
         pending.extend(current.children)
-    return False
+
+
+def reads_name(node: cst.CSTNode, name: str) -> bool:
+    """Whether the code under `node` mentions the name `name` (a policy function that reads `recurse`)."""
+    return any(found.value == name for found in nodes_under(node, cst.Name))

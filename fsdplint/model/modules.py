@@ -1,0 +1,101 @@
+"""Whether a module holds blocks to shard one by one, read from how it was built: torch knowledge
+beside the model, as `ranks` and `devices` are.
+
+A module holds none when it is a single layer (`torch.nn.Linear`; Transformer Engine's fused layers),
+an `nn.Sequential` of such layers written out in the call, or an instance of a class of the run
+derived from `nn.Module` alone whose `__init__` calls nothing but such layers, torch's functions,
+a few builtins and its own static methods (the two-Linear models of tests and demos). Anything else,
+what a call or a class the model cannot read builds included, may hold some.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+import libcst as cst
+
+from fsdplint.model.events import CALL, CALL_VALUE, METHOD
+from fsdplint.model.names import dotted_name
+from fsdplint.model.syntax import decorator_name, nodes_under
+from fsdplint.model.values import Ref
+
+if TYPE_CHECKING:
+    from fsdplint.model.files import FileModel
+    from fsdplint.model.flow import Flow
+    from fsdplint.model.program import Program
+
+# torch.nn's modules that hold other modules.
+_TORCH_CONTAINERS = frozenset({"Sequential", "ModuleList", "ModuleDict", "Transformer", "TransformerEncoder", "TransformerDecoder"})
+# Single layers of other libraries, which hold no blocks to shard first (Transformer Engine's fused
+# layers; its TransformerLayer is a block of its own and not here).
+_LIBRARY_LAYERS = frozenset({f"transformer_engine.pytorch.{name}" for name in ("Linear", "LayerNormLinear", "LayerNorm", "RMSNorm", "LayerNormMLP", "GroupedLinear")})
+# Methods that return the module they are called on (`Net().to(device)`).
+_RETURN_THE_MODULE = frozenset({"to", "cuda", "cpu", "float", "half", "bfloat16", "train", "eval", "requires_grad_"})
+# Builtins an `__init__` may call without building a module.
+_PLAIN_BUILTINS = frozenset({"int", "float", "bool", "str", "len", "max", "min", "range", "round", "abs", "isinstance", "tuple", "list", "print"})
+
+
+def is_layer(qualified: str | None) -> bool:
+    """A single layer of torch.nn or of a library that holds no other module."""
+    return bool(qualified) and (qualified.startswith("torch.nn.") and qualified.rsplit(".", 1)[-1] not in _TORCH_CONTAINERS
+                                or qualified in _LIBRARY_LAYERS)
+
+
+def holds_no_blocks(flow: Flow, ref: Ref, before: int) -> bool:
+    """The module `ref` names (a variable, not a part of one) is known to hold no block of layers."""
+    if ref.path:
+        return False
+    if is_layer(flow.constructed.get(ref.root)):
+        return True
+    for call, file in _calls_bound(flow, Ref(ref.root), before):
+        qualified = file.qualify(call.func)
+        if qualified == "torch.nn.Sequential":
+            return bool(call.args) and all(arg.keyword is None and not arg.star and type(arg.value) is cst.Call and is_layer(file.qualify(arg.value.func))
+                                           for arg in call.args)
+        if is_layer(qualified):
+            return True
+        found = flow.program.class_of(file, call.func)
+        if found is not None:
+            return _builds_only_layers(flow.program, *found)
+        # Else a function that returned it (`get_model(...)`): what it built is bound to the same variable earlier.
+    return False
+
+
+def _calls_bound(flow: Flow, variable: Ref, before: int) -> Iterator[tuple[cst.Call, FileModel]]:
+    """The calls whose result was bound to `variable` before event `before`, last first, each with its
+    file: `Net()` for `model = Net().to(device)`; `model = model.to(device)` names none."""
+    for event in reversed(flow.events[:before]):
+        if event.binding != variable or event.kind not in (CALL, CALL_VALUE, METHOD) or type(event.node) is not cst.Call:
+            continue
+        call = event.node
+        while type(call.func) is cst.Attribute and call.func.attr.value in _RETURN_THE_MODULE and type(call.func.value) is cst.Call:
+            call = call.func.value
+        if not (type(call.func) is cst.Attribute and call.func.attr.value in _RETURN_THE_MODULE):
+            yield call, event.file
+
+
+def _builds_only_layers(program: Program, file: FileModel, qualname: str) -> bool:
+    """The class derives from `nn.Module` alone and its `__init__` calls nothing that could build a
+    module other than a single layer."""
+    if list(program.class_lineage(file, qualname)) != [(file, qualname), "torch.nn.Module"]:
+        return False
+    init = file.functions.get(f"{qualname}.__init__")
+    if init is None:
+        return False
+    for call in nodes_under(init.node.body, cst.Call):
+        func = call.func
+        if type(func) is cst.Name and func.value == "super" or type(func) is cst.Attribute and func.attr.value == "__init__" \
+                and type(func.value) is cst.Call and dotted_name(func.value.func) == "super":
+            continue
+        qualified = file.qualify(func)
+        if qualified is not None:
+            if is_layer(qualified) or qualified.startswith("torch.") and not qualified.startswith("torch.nn."):
+                continue
+            return False
+        name = dotted_name(func) or ""
+        if name in _PLAIN_BUILTINS:
+            continue
+        own = file.functions.get(f"{qualname}.{name[len('self.'):]}") if name.startswith("self.") else None
+        if own is None or "staticmethod" not in (decorator_name(decorator) for decorator in own.node.decorators):
+            return False
+    return True
