@@ -1,11 +1,9 @@
 from __future__ import annotations
 
-import re
 from typing import Iterable
 
 from fsdplint.rule import Finding, FixAvailability, Rule, Severity
 
-_PER_RANK = re.compile(r"rank", re.I)
 _OPTIONS = "options=StateDictOptions(full_state_dict=True, cpu_offload=True)"
 
 
@@ -22,8 +20,9 @@ class TorchSaveShardedState(Rule):
     `.full_tensor()` fails with `Could not resolve the process group`. Saving under
     `if rank == 0:` keeps only rank 0's shard.
 
-    A per-rank file (`f"ckpt_rank{rank}.pt"`) is deliberate, but it cannot be loaded on another
-    number of ranks: it is reported as a warning.
+    A per-rank file, one whose name is formatted from the rank (`f"ckpt_rank{rank}.pt"`,
+    `os.path.join(d, "shard_{}.pt".format(rank))`, `d + "/%d.pt" % rank`), is deliberate, but it
+    cannot be loaded on another number of ranks: it is reported as a warning.
 
     ## Example
     ```python
@@ -57,7 +56,7 @@ class TorchSaveShardedState(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL
-        from fsdplint.rulekit import at, calls, code, via, where
+        from fsdplint.rulekit import argument, at, calls, code, via, where
 
         for flow in program.flows:
             for event in flow.of_kind(CALL):
@@ -67,8 +66,8 @@ class TorchSaveShardedState(Rule):
                            if (shard := flow.sharding_of(module, event.index, fsdp=2)) is not None]
                 if not sharded:
                     continue
-                path_text = code(event, event.node.args[1].value) if len(event.node.args) > 1 else ""
-                per_rank = bool(_PER_RANK.search(path_text))
+                path = argument(event, 1, "f")  # torch.save(obj, f, ...)
+                per_rank = path is not None and path[1].rank is not None  # a file name formatted from the rank
                 what = code(event, event.node.args[0].value)
                 if per_rank:
                     yield Finding(event.file, event.node,

@@ -927,3 +927,20 @@ def test_blocks_found_through_chained_conditional_aliases_are_the_models():
             fully_shard(layer)
         fully_shard(model)
     """, ["FSDP101"]) == []
+
+
+def test_fsdp201_a_file_per_rank_is_a_warning_a_file_shared_by_the_ranks_an_error():
+    source = """
+import os
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+
+def main(model, rank_dir):
+    fully_shard(model)
+    path = "shard_{}.pt".format(dist.get_rank())
+    torch.save(model.state_dict(), path)
+    torch.save(model.state_dict(), os.path.join(rank_dir, "model.pt"))
+"""
+    found = [(d.line, d.code, d.severity) for d in check_source(source, "train.py", select=["FSDP201"])]
+    assert found == [(10, "FSDP201", "warning"), (11, "FSDP201", "error")], found

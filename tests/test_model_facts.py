@@ -1250,3 +1250,27 @@ def test_a_module_built_of_single_layers_holds_no_blocks():
     main = flow_of(program, "main")
     known = [holds_no_blocks(main, event.target, event.index) for event in events(main, model.SHARD)]
     assert known == [True, True, False, False, False, False, False, True], known
+
+
+def test_a_string_built_from_the_rank_by_any_spelling_is_formatted_from_it():
+    """`f"{rank}"`, `os.path.join(d, f"...")`, `"{}".format(rank)`, `"%d" % rank`, `d + "/" + str(rank)`
+    and `Path(d) / f"{rank}.pt"` name a file per rank; near misses: a directory only named like one, and
+    arithmetic on the rank (a number, not a string)."""
+    program = program_of("""
+    import os
+    from pathlib import Path
+    import torch
+    import torch.distributed as dist
+    def main(state, d, rank_dir):
+        rank = dist.get_rank()
+        torch.save(state, f"model_{rank}.pt")
+        torch.save(state, os.path.join(d, f"model_{dist.get_rank()}.pt"))
+        torch.save(state, "shard_{}.pt".format(rank))
+        torch.save(state, d + "/model_%d.pt" % rank)
+        torch.save(state, d + "/" + str(rank))
+        torch.save(state, Path(d) / f"{rank}.pt")
+        torch.save(state, os.path.join(rank_dir, "model.pt"))
+        torch.save(state, rank * 2)
+    """)
+    saves = [event.args[1] for event in events(flow_of(program, "main"), model.CALL) if event.qname == "torch.save"]
+    assert [bool(path.rank and path.rank.formatted) for path in saves] == [True] * 6 + [False, False]

@@ -90,6 +90,7 @@ if TYPE_CHECKING:
 
 
 # Builtins that pass an iterable through: iterating `enumerate(model.layers)` iterates the layers.
+_BUILDS_PATHS = frozenset({"os.path.join", "posixpath.join", "pathlib.Path", "pathlib.PurePath", "pathlib.PosixPath"})
 _ITERABLE_WRAPPERS = frozenset({"enumerate", "reversed", "list", "sorted", "tuple", "iter", "zip", "filter"})
 # Module methods whose result is the module itself (`model = model.to(device)` keeps its identity).
 _RETURNS_SELF = frozenset({"to", "cuda", "cpu", "to_empty", "train", "eval", "float", "half", "bfloat16", "requires_grad_", "apply"})
@@ -713,15 +714,18 @@ class Walker:
             return Value(params_of=params, elements=elements, iterates=_common_ref([e.ref for e in elements]), visits=visits)
         if type(node) is cst.FormattedString:
             parts = [self.expr(part, statement, parents) for part in subexpressions(node)]
-            ranks = {part.rank for part in parts if part.rank}
             texts = iter(UNKNOWN_PART if part.text is None else part.text for part in parts)
             text = "".join(part.value if type(part) is cst.FormattedStringText else next(texts) for part in node.parts)
-            return Value(rank=replace(ranks.pop(), formatted=True) if len(ranks) == 1 else None, text=text)
+            return Value(rank=_formatted_rank(parts), text=text)
         # Anything else: evaluate the parts and pass parameter flows through (dicts, operators, f-strings).
         parts = [self.expr(part, statement, parents) for part in subexpressions(node)]
         params = refs_of(parts)
-        if type(node) is cst.ConcatenatedString or type(node) is cst.BinaryOperation and type(node.operator) is cst.Add and any(part.text for part in parts):
-            return Value(params_of=params, text="".join(UNKNOWN_PART if part.text is None else part.text for part in parts))  # `"tcp://" + host`
+        if type(node) is cst.ConcatenatedString or type(node) is cst.BinaryOperation and type(node.operator) is cst.Add and any(part.text or part.rank and part.rank.formatted for part in parts):
+            return Value(params_of=params, text="".join(UNKNOWN_PART if part.text is None else part.text for part in parts),  # `"tcp://" + host`
+                         rank=_formatted_rank(parts))
+        if type(node) is cst.BinaryOperation and (type(node.operator) is cst.Modulo and parts[0].text is not None
+                                                  or type(node.operator) is cst.Divide and any(part.rank and part.rank.formatted for part in parts)):
+            return Value(params_of=params, rank=_formatted_rank(parts))  # `"model_%d.pt" % rank`, `Path(root) / f"{rank}.pt"`
         if type(node) is cst.BinaryOperation and any(is_rank_number(part) for part in parts):
             return Value(params_of=params, rank_derived=RANK_NUMBER)  # `n + rank`, `rank * per_rank`
         if type(node) is cst.BinaryOperation and any(part.world_size for part in parts):
@@ -823,6 +827,12 @@ class Walker:
             self.emit(SET_ENV, node, variable=args[0].text, value=args[1] if len(args) > 1 else Value(),
                       only_if_unset=qname == "os.environ.setdefault", **common)
             return Value(params_of=flowing)
+        if qname in _BUILDS_PATHS or qname is None and (type(func) is cst.Name and func.value == "str" or type(func) is cst.Attribute
+                                                         and func.attr.value == "format" and receiver.text is not None):
+            # `os.path.join(root, f"{rank}.pt")`, `"shard_{}.pt".format(rank)`, `str(rank)`: a string formatted from the rank
+            rank = _formatted_rank((receiver, *args, *kwargs.values()))
+            if rank is not None:
+                return Value(params_of=flowing, rank=rank)
         if qname is None and type(func) is cst.Name and func.value in _ITERABLE_WRAPPERS and args:
             each_of = (args[0].each_of or (args[0].ref if args[0].iterates is None else None)) if func.value in _VISITS_EVERY_ELEMENT else None
             return Value(iterates=args[0].iterates or args[0].ref, iterates_self=args[0].iterates_self, params_of=flowing,
@@ -1100,6 +1110,13 @@ def _same_on_both(chosen: Value, other: Value) -> Value:
     if chosen.constant == other.constant and (elements is None or all(map(operator.is_, elements, chosen.elements))):
         return chosen
     return dataclasses.replace(chosen, constant=chosen.constant if chosen.constant == other.constant else None, elements=elements)
+
+
+def _formatted_rank(parts: Iterable[Value]) -> Rank | None:
+    """The rank a string built of `parts` (or of a tuple among them) is formatted from, where one
+    rank of one scope is among them."""
+    ranks = {replace(value.rank, formatted=True) for part in parts for value in (part, *(part.elements or ())) if value.rank}
+    return ranks.pop() if len(ranks) == 1 else None
 
 
 def _not_none(first: Value, second: Value) -> Value | None:
