@@ -1209,6 +1209,7 @@ def test_a_module_built_of_single_layers_holds_no_blocks():
     from fsdplint.model.modules import holds_no_blocks
 
     program = program_of("""
+    import copy
     import torch
     from torch import nn
     from torch.distributed.fsdp import fully_shard
@@ -1244,12 +1245,13 @@ def test_a_module_built_of_single_layers_holds_no_blocks():
         g = load_model(config)
         h = nn.Linear(4, 4)
         h = h.to(rank)
-        for module in (a, b, c, d, e, f, g, h):
+        i = copy.deepcopy(b)
+        for module in (a, b, c, d, e, f, g, h, i):
             fully_shard(module)
     """)
     main = flow_of(program, "main")
     known = [holds_no_blocks(main, event.target, event.index) for event in events(main, model.SHARD)]
-    assert known == [True, True, False, False, False, False, False, True], known
+    assert known == [True, True, False, False, False, False, False, True, True], known
 
 
 def test_a_string_built_from_the_rank_by_any_spelling_is_formatted_from_it():

@@ -20,6 +20,7 @@ from fsdplint.model.syntax import decorator_name, nodes_under
 from fsdplint.model.values import Ref
 
 if TYPE_CHECKING:
+    from fsdplint.model.events import Event
     from fsdplint.model.files import FileModel
     from fsdplint.model.flow import Flow
     from fsdplint.model.program import Program
@@ -47,8 +48,11 @@ def holds_no_blocks(flow: Flow, ref: Ref, before: int) -> bool:
         return False
     if is_layer(flow.constructed.get(ref.root)):
         return True
-    for call, file in _calls_bound(flow, Ref(ref.root), before):
+    for call, event in _calls_bound(flow, Ref(ref.root), before):
+        file = event.file
         qualified = file.qualify(call.func)
+        if qualified in ("copy.deepcopy", "copy.copy") and call is event.node and event.args and event.args[0].ref:
+            return holds_no_blocks(flow, event.args[0].ref, event.index)  # a copy holds what the original holds
         if qualified == "torch.nn.Sequential":
             return bool(call.args) and all(arg.keyword is None and not arg.star and type(arg.value) is cst.Call and is_layer(file.qualify(arg.value.func))
                                            for arg in call.args)
@@ -61,9 +65,9 @@ def holds_no_blocks(flow: Flow, ref: Ref, before: int) -> bool:
     return False
 
 
-def _calls_bound(flow: Flow, variable: Ref, before: int) -> Iterator[tuple[cst.Call, FileModel]]:
-    """The calls whose result was bound to `variable` before event `before`, last first, each with its
-    file: `Net()` for `model = Net().to(device)`; `model = model.to(device)` names none."""
+def _calls_bound(flow: Flow, variable: Ref, before: int) -> Iterator[tuple[cst.Call, Event]]:
+    """The calls whose result was bound to `variable` before event `before`, last first, each with the
+    event bound: `Net()` for `model = Net().to(device)`; `model = model.to(device)` names none."""
     for event in reversed(flow.events[:before]):
         if event.binding != variable or event.kind not in (CALL, CALL_VALUE, METHOD) or type(event.node) is not cst.Call:
             continue
@@ -71,7 +75,7 @@ def _calls_bound(flow: Flow, variable: Ref, before: int) -> Iterator[tuple[cst.C
         while type(call.func) is cst.Attribute and call.func.attr.value in _RETURN_THE_MODULE and type(call.func.value) is cst.Call:
             call = call.func.value
         if not (type(call.func) is cst.Attribute and call.func.attr.value in _RETURN_THE_MODULE):
-            yield call, event.file
+            yield call, event
 
 
 def _builds_only_layers(program: Program, file: FileModel, qualname: str) -> bool:
