@@ -21,8 +21,10 @@ class SamplerEpochNotSet(Rule):
 
     A loader handed to code fsdplint does not follow (a trainer's method, a library's function)
     inside the epoch loop may have its epoch set there, and is not reported; neither is a sampler
-    whose `shuffle` is not the literal `True` or its default, nor a loader iterated under
-    `torch.no_grad()` or `torch.inference_mode()` (an evaluation, whose batch order changes nothing).
+    whose `shuffle` is not known to be `True` (a literal, its default, or a parameter the call passed
+    it for), a loop that runs once (`range(1)`, also with the count passed by the call), nor a loader
+    iterated under `torch.no_grad()` or `torch.inference_mode()` (an evaluation, whose batch order
+    changes nothing).
 
     ## Example
     ```python
@@ -136,19 +138,14 @@ class SamplerEpochNotSet(Rule):
 
 
 def _shuffles(sampler) -> bool:
-    """`shuffle` left at its default, or the literal `True`."""
-    import libcst as cst
-
+    """`shuffle` left at its default, or given `True` (a literal, or a parameter the call passed it for)."""
     from fsdplint.rulekit import argument
 
     given = argument(sampler, 3, "shuffle")
-    return given is None or type(given[0]) is cst.Name and given[0].value == "True"
+    return given is None or given[1].constant == "True"
 
 
 def _once(loop) -> bool:
-    """`for _ in range(1)`: one pass."""
-    import libcst as cst
-
-    iterable = loop.node.iter if type(loop.node) is cst.For else None
-    return (type(iterable) is cst.Call and type(iterable.func) is cst.Name and iterable.func.value == "range" and len(iterable.args) == 1
-            and type(iterable.args[0].value) is cst.Integer and iterable.args[0].value.value in ("0", "1"))
+    """`for _ in range(1)`, also with the count a parameter the call passed 1 for: one pass."""
+    made = loop.iterable.event if loop.iterable is not None else None
+    return made is not None and made.qname == "range" and len(made.args) == 1 and not made.kwargs and made.args[0].constant in ("0", "1")

@@ -149,3 +149,20 @@ def test_sampler_epoch_fix_needs_a_variable_that_only_ever_holds_the_sampler():
     single = text.replace("    if use_dist:\n        sampler = DistributedSampler(dataset)\n    else:\n"
                           "        sampler = torch.utils.data.RandomSampler(dataset)\n", "    sampler = DistributedSampler(dataset)\n")
     assert "    for epoch in range(3):\n        sampler.set_epoch(epoch)\n        for x in loader:" in fix_source(single, select=["FSDP311"])
+
+
+def test_an_epoch_loop_the_call_makes_run_once_needs_no_new_order():
+    # gameofdimension/tiny-grpo: `for iteration in range(num_iterations)` with `num_iterations=1` passed.
+    source = """
+    def train(loader, num_iterations):
+        for iteration in range(num_iterations):
+            for batch in loader:
+                step(batch)
+
+    def main(dataset, flag):
+        loader = DataLoader(dataset, sampler=DistributedSampler(dataset, shuffle={shuffle}))
+        train(loader, num_iterations={count})
+    """
+    assert lines(source.format(count=1, shuffle="True"), "FSDP311") == []
+    assert lines(source.format(count=3, shuffle="True"), "FSDP311") == [3]
+    assert lines(source.format(count=3, shuffle="flag"), "FSDP311") == []  # not known to shuffle

@@ -31,3 +31,10 @@ def test_names_are_unique_kebab_case():
     names = [rule.name for rule in RULES]
     assert len(set(names)) == len(names)
     assert all(name == name.lower() and " " not in name and "_" not in name for name in names)
+
+
+def test_the_configuration_page_lists_every_folder_skipped_by_default():
+    from fsdplint.discovery import DEFAULT_EXCLUDES
+
+    page = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
+    assert [name for name in DEFAULT_EXCLUDES if f"`{name}`" not in page] == []
