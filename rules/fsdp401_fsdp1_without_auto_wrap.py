@@ -12,7 +12,8 @@ class Fsdp1WithoutAutoWrap(Rule):
     """
     ## What it does
     Finds `FullyShardedDataParallel(model)` (FSDP1) with no `auto_wrap_policy`, or with a policy
-    that ignores its `recurse` argument, on a model none of whose sub-modules was wrapped first.
+    that ignores its `recurse` argument and decides by the module alone (not by its size), on a model
+    none of whose sub-modules was wrapped first.
 
     ## Why is this bad?
     FSDP1 wraps exactly what the policy tells it to. With no policy the whole model becomes one
@@ -104,6 +105,10 @@ class Fsdp1WithoutAutoWrap(Rule):
                 return None
             params = function.params
             body = function.node.body
-        if "recurse" in params and not reads_name(body, "recurse"):
+        # Ignoring `recurse` stops FSDP at the root only where the answer for the root is no: a policy
+        # that decides by size (`nonwrapped_numel`, its third parameter) says yes for the large root,
+        # and no module below a small one is large, so it wraps as a size policy does.
+        by_size = len(params) > 2 and reads_name(body, params[2])
+        if "recurse" in params and not reads_name(body, "recurse") and not by_size:
             return f"with an `auto_wrap_policy` that ignores `recurse` (`{event.file.code(policy).strip()}`)"
         return None

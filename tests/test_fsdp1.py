@@ -259,6 +259,10 @@ def test_fsdp401_policy_forms():
     def honours(module, recurse, nonwrapped_numel):
         return recurse or isinstance(module, Block)
 
+    def by_size(module, recurse, nonwrapped_numel, min_num_params=int(1e8)):
+        '''FunASR's: `recurse` only in this docstring.'''
+        return nonwrapped_numel >= min_num_params
+
     a = FSDP(Net())
     b = FSDP(Net(), auto_wrap_policy=None)
     c = FSDP(Net(), auto_wrap_policy=blocks)
@@ -270,7 +274,8 @@ def test_fsdp401_policy_forms():
     i = FSDP(Net(), auto_wrap_policy=None, sharding_strategy=ShardingStrategy.NO_SHARD)
     j = FSDP(Net(), fsdp_auto_wrap_policy=default_auto_wrap_policy)  # torch 1.11's name
     k = FSDP(Net(), fsdp_auto_wrap_policy=blocks)
-    """, select=["FSDP401"]) == [(7, "FSDP401"), (8, "FSDP401"), (9, "FSDP401"), (10, "FSDP401"), (17, "FSDP401")]
+    m = FSDP(Net(), auto_wrap_policy=by_size)
+    """, select=["FSDP401"]) == [(11, "FSDP401"), (12, "FSDP401"), (13, "FSDP401"), (14, "FSDP401"), (21, "FSDP401")]
 
 
 def test_fsdp502_fixes_and_advice():
