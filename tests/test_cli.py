@@ -14,7 +14,7 @@ BAD = """\
 import torch
 from torch.distributed.fsdp import fully_shard
 
-model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+model = torch.nn.Transformer(d_model=2, nhead=1)  # blocks in it: sharding the root only is FSDP101
 fully_shard(model)
 out = model.forward(torch.ones(2))
 """
