@@ -1105,7 +1105,7 @@ def _value_with_every_field_set() -> model.Value:
     return model.Value(
         ref=caller, params_of=frozenset({caller}), iterates=caller, iterates_self=True, event=made,
         elements=(model.Value(ref=model.Ref("y")),), visits=(model.Value(ref=model.Ref("z")),), callees=(function("f"),),
-        table=(function("g"),), rank=model.Rank(model.GLOBAL_RANK), constant="True", literal="True",
+        table=(function("g"),), entries=(("lr", model.Value(ref=model.Ref("y"))),), rank=model.Rank(model.GLOBAL_RANK), constant="True", literal="True",
         rank_test=model.RankTest(True, True), always_false=True, element=model.Element(caller, "0", ()), each_of=caller,
         built_by="Model", rank_derived=model.RANK_NUMBER, world_size=True, run_test=True, text="cuda")
 
@@ -1276,3 +1276,44 @@ def test_a_string_built_from_the_rank_by_any_spelling_is_formatted_from_it():
     """)
     saves = [event.args[1] for event in events(flow_of(program, "main"), model.CALL) if event.qname == "torch.save"]
     assert [bool(path.rank and path.rank.formatted) for path in saves] == [True] * 6 + [False, False]
+
+
+def test_a_dict_written_out_passes_its_entries_as_keywords():
+    """tiny-grpo: `training_config = {"num_iterations": 1, ...}; train(loader, **training_config)`. The
+    parameter holds 1, and a parameter not in the dict keeps its default. Near misses: a dict changed
+    after it was written (`d[k] = v`, `d.update(...)`, handed to a function), and `**kwargs` the model
+    does not know, where no default is trusted either."""
+    program = program_of("""
+    def train(num_iterations, shuffle=True):
+        range(num_iterations)
+        log(shuffle)
+    def literal():
+        config = {"num_iterations": 1}
+        train(**config)
+    def called():
+        train(**dict(num_iterations=1, shuffle=False))
+    def assigned():
+        config = {"num_iterations": 1}
+        config["num_iterations"] = 5
+        train(**config)
+    def updated():
+        config = {"num_iterations": 1}
+        config.update(other)
+        train(**config)
+    def handed():
+        config = {"num_iterations": 1}
+        alias = config
+        prepare(alias)
+        train(**config)
+    def read():
+        config = {"num_iterations": 1}
+        config.get("num_iterations")
+        train(**config)
+    def unknown(kwargs):
+        train(**kwargs)
+    """)
+    def given(name):
+        return [event.args[0].constant for event in flow_of(program, name).events
+                if type(event.node) is cst.Call and model.dotted_name(event.node.func) in ("range", "log")]
+    assert given("literal") == ["1", "True"] and given("called") == ["1", "False"] and given("read") == ["1", "True"]
+    assert given("assigned") == given("updated") == given("handed") == given("unknown") == [None, None]

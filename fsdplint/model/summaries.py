@@ -128,7 +128,8 @@ class _Shaper:
                 tuple(id(function.node) for function in given.callees), tuple(id(function.node) for function in given.table), given.rank,
                 given.constant, given.literal, given.rank_test, given.always_false,
                 (ref(element.container), element.index, element.arms) if element else None, ref(given.each_of), given.built_by,
-                given.rank_derived, given.world_size, given.text, given.run_test)
+                given.rank_derived, given.world_size, given.text, given.run_test,
+                None if given.entries is None else tuple((key, self.value(entry)) for key, entry in given.entries))
 
 
 def maker(flow: Flow, root: str, before: int) -> tuple:
@@ -277,7 +278,8 @@ class Copier:
         mapped = self.values.get(id(value))
         if mapped is not None:
             return mapped
-        if not (value.ref or value.params_of or value.iterates or value.event or value.elements or value.visits or value.element or value.each_of):
+        if not (value.ref or value.params_of or value.iterates or value.event or value.elements or value.visits or value.element or value.each_of
+                or value.entries):
             return value  # nothing in it names a variable or an event: the same in every call
         element = value.element
         copy = Value(ref=self.ref(value.ref), params_of=self.refs(value.params_of), iterates=self.ref(value.iterates), iterates_self=value.iterates_self,
@@ -285,6 +287,7 @@ class Copier:
                      table=value.table, rank=value.rank, constant=value.constant, literal=value.literal, rank_test=value.rank_test,
                      always_false=value.always_false, each_of=self.ref(value.each_of), built_by=value.built_by, rank_derived=value.rank_derived,
                      world_size=value.world_size, text=value.text, run_test=value.run_test,
+                     entries=None if value.entries is None else tuple((key, self.value(entry)) for key, entry in value.entries),
                      element=Element(self.ref(element.container), element.index, self.arms(element.arms) if element.arms else ()) if element else None)
         self.values[id(value)] = copy
         return copy

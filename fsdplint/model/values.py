@@ -130,6 +130,9 @@ class Value:
     visits: tuple[Value, ...] | None = None
     callees: tuple[FunctionInfo, ...] = ()  # calling the value calls one of these functions of the run
     table: tuple[FunctionInfo, ...] = ()  # a dispatch table: a dict whose values are these functions
+    # A dict with string keys, written out (`{"lr": 1e-3}`, `dict(lr=1e-3)`) and not changed since: its
+    # entries in order, which `f(**d)` passes as keywords.
+    entries: tuple[tuple[str, Value], ...] | None = None
     rank: Rank | None = None  # the value is (or formats) the process's rank
     constant: str | None = None  # "None", "True" or "False": a literal passed for a parameter
     literal: str | None = None  # the literal this binding of a name was given, even where `constant` is not trusted

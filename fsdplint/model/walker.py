@@ -90,6 +90,7 @@ if TYPE_CHECKING:
 
 
 # Builtins that pass an iterable through: iterating `enumerate(model.layers)` iterates the layers.
+_READS_A_DICT = frozenset({"get", "items", "keys", "values", "copy", "__contains__"})
 _BUILDS_PATHS = frozenset({"os.path.join", "posixpath.join", "pathlib.Path", "pathlib.PurePath", "pathlib.PosixPath"})
 _ITERABLE_WRAPPERS = frozenset({"enumerate", "reversed", "list", "sorted", "tuple", "iter", "zip", "filter"})
 # Module methods whose result is the module itself (`model = model.to(device)` keeps its identity).
@@ -142,6 +143,7 @@ class Walker:
         self.stack = stack + ((id(function.node),) if function else ())
         self.returned = Value()
         self.returns = 0  # `return` statements with a value walked so far
+        self.arguments_known: cst.Call | None = None  # the call being made, when its `**` arguments were all dicts written out
         # Every path through the statement just walked leaves the block (an `if` whose test is known
         # and whose arm taken returns, both arms raising): the rest of the block does not run.
         self.path_ended = False
@@ -505,6 +507,8 @@ class Walker:
                 last = position == len(elements) - 1
                 self.bind(element, value if last and (value.ref or value.params_of) else Value(), statement, parents, source)
             return
+        if type(target) is cst.Subscript:
+            self.forget_entries(target.value)  # `config["lr"] = 1e-4`: the dict is no longer what was written
         if type(target) in (cst.Attribute, cst.Subscript) and statement is not None:
             assigned = self.ref_of(target)
             if assigned is not None:  # `model.tok_embeddings = new`: a sub-module replaced
@@ -534,7 +538,7 @@ class Walker:
             constant = value.constant if once and value.constant else None
             bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, iterates_self=value.iterates_self, elements=value.elements,
                           rank=value.rank, constant=constant, literal=value.constant, rank_test=value.rank_test, visits=value.visits,
-                          callees=value.callees, table=value.table, built_by=value.built_by, rank_derived=value.rank_derived,
+                          callees=value.callees, table=value.table, entries=value.entries, built_by=value.built_by, rank_derived=value.rank_derived,
                           world_size=value.world_size, text=value.text if once else None, run_test=value.run_test)
             if root and value.built_by:
                 self.flow.write(Write.INSTANCE, root, value.built_by)
@@ -549,6 +553,17 @@ class Walker:
                 self.flow.write(Write.OPTIMIZER_BINDING, bound.ref)
         if statement is not None and bound.ref is not None and (self.meta_depth or value.event and value.event.kind == META):
             self.emit(META, target, statement, parents, targets=(bound.ref,))
+
+    def forget_entries(self, node: cst.CSTNode) -> None:
+        """The dict a name or attribute holds may have changed: its entries are no longer known, under
+        any name that holds it."""
+        key = dotted_name(node)
+        held = self.env.get(key) if key is not None else None
+        if held is None or held.entries is None or held.ref is None:
+            return
+        for name, value in list(self.env.items()):
+            if value.entries is not None and value.ref is not None and value.ref.root == held.ref.root:
+                self.env[name] = replace(value, entries=None)
 
     def rebinds(self, name: str, source: cst.CSTNode | None) -> bool:
         """Whether binding `name` makes a new object of it: it was bound before (or is a parameter) and
@@ -731,9 +746,10 @@ class Walker:
         if type(node) is cst.BinaryOperation and any(part.world_size for part in parts):
             return Value(params_of=params, world_size=True)  # `global_batch // world_size`: computed from it
         if type(node) is cst.Dict and node.elements and all(type(element) is cst.DictElement for element in node.elements):
-            entries = parts[1::2]  # keys and values alternate
-            if all(len(entry.callees) == 1 for entry in entries):
-                return Value(params_of=params, table=tuple(entry.callees[0] for entry in entries))
+            keys, entries = parts[0::2], parts[1::2]  # keys and values alternate
+            table = tuple(entry.callees[0] for entry in entries) if all(len(entry.callees) == 1 for entry in entries) else ()
+            named = all(key.text is not None and UNKNOWN_PART not in key.text for key in keys)
+            return Value(params_of=params, table=table, entries=tuple((key.text, entry) for key, entry in zip(keys, entries)) if named else None)
         return Value(params_of=params)
 
     def comparison(self, node: cst.Comparison, statement: cst.CSTNode, parents: tuple) -> Value:
@@ -802,6 +818,14 @@ class Walker:
         receiver = self.expr(func.value, statement, parents) if type(func) is cst.Attribute else Value()
         args = tuple(self.expr(arg.value, statement, parents) for arg in node.args if arg.keyword is None and not arg.star)
         kwargs = {arg.keyword.value: self.expr(arg.value, statement, parents) for arg in node.args if arg.keyword is not None}
+        spread = [self.expr(arg.value, statement, parents) for arg in node.args if arg.star == "**"]
+        for value in spread:
+            kwargs.update(value.entries or ())
+        # Every argument known by name or position: a parameter the call does not give keeps its default.
+        self.arguments_known = node if all(arg.star != "*" for arg in node.args) and all(value.entries is not None for value in spread) else None
+        for arg in node.args:
+            if not arg.star:
+                self.forget_entries(arg.value)  # a function given the dict may change it
         flowing = refs_of((*args, *kwargs.values()))
         qname = self.file.qualify(func)
         if qname is not None and qname.rsplit(".", 1)[-1] in self.patched:
@@ -827,6 +851,8 @@ class Walker:
             self.emit(SET_ENV, node, variable=args[0].text, value=args[1] if len(args) > 1 else Value(),
                       only_if_unset=qname == "os.environ.setdefault", **common)
             return Value(params_of=flowing)
+        if qname is None and type(func) is cst.Name and func.value == "dict" and not args and all(arg.keyword is not None for arg in node.args):
+            return Value(params_of=flowing, entries=tuple(kwargs.items()))  # `dict(lr=1e-3, epochs=1)`
         if qname in _BUILDS_PATHS or qname is None and (type(func) is cst.Name and func.value == "str" or type(func) is cst.Attribute
                                                          and func.attr.value == "format" and receiver.text is not None):
             # `os.path.join(root, f"{rank}.pt")`, `"shard_{}.pt".format(rank)`, `str(rank)`: a string formatted from the rank
@@ -866,6 +892,8 @@ class Walker:
             if method in _COLLECTS and not receiver.ref.path:
                 # `modules.append(module)` in a loop over `model.named_modules()`: the list's elements come from `model`.
                 self.flow.write(Write.DERIVED_MORE, receiver.ref.root, set().union(*(self.roots_read(arg.value) for arg in node.args)))
+            if method not in _READS_A_DICT:
+                self.forget_entries(func.value)  # `config.update(...)`, `config.pop(...)`
             if method in _PARAMETER_METHODS:
                 return Value(params_of=frozenset({receiver.ref}), event=event)
             if method in _ITERATES_SUBMODULES:
@@ -1041,10 +1069,10 @@ class Walker:
             if name in params:
                 env[name] = value
         # Without `*args`/`**kwargs` at the call, a parameter not given keeps its default.
-        defaults_apply = not any(arg.star for arg in node.args)
+        defaults_apply = not any(arg.star for arg in node.args) or node is self.arguments_known
         falsy = falsy_defaults(callee.node) if defaults_apply else set()
         for name in params:
-            if name not in env and (constant := literal_default(callee.node, name)):
+            if name not in env and defaults_apply and (constant := literal_default(callee.node, name)):
                 env[name] = Value(constant=constant)
             if name not in env and defaults_apply and (text := string_default(callee.node, name)) is not None:
                 env[name] = Value(text=text)
