@@ -944,3 +944,21 @@ def main(model, rank_dir):
 """
     found = [(d.line, d.code, d.severity) for d in check_source(source, "train.py", select=["FSDP201"])]
     assert found == [(10, "FSDP201", "warning"), (11, "FSDP201", "error")], found
+
+
+def test_keywords_a_dict_passes_reach_the_function_not_the_calls_syntax():
+    # tiny-grpo: `fully_shard(module, **fsdp_kwargs)` with `fsdp_kwargs = {"mesh": mesh, ...}`: rules read a
+    # call's keywords from its syntax (FSDP112 asked for the `mesh=` node and failed on the dict's).
+    source = """
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+def main(model):
+    mesh = init_device_mesh("cuda", (2, 2, 2))
+    fsdp_kwargs = {"mesh": mesh, "reshard_after_forward": True}
+    for layer in model.layers:
+        fully_shard(layer, **fsdp_kwargs)
+    fully_shard(model, **fsdp_kwargs)
+"""
+    assert [d.code for d in check_source(source, "train.py")] == []

@@ -143,7 +143,7 @@ class Walker:
         self.stack = stack + ((id(function.node),) if function else ())
         self.returned = Value()
         self.returns = 0  # `return` statements with a value walked so far
-        self.arguments_known: cst.Call | None = None  # the call being made, when its `**` arguments were all dicts written out
+        self.spread: tuple[cst.Call, dict[str, Value]] | None = None  # the call being made and the keywords its `**` dicts give
         # Every path through the statement just walked leaves the block (an `if` whose test is known
         # and whose arm taken returns, both arms raising): the rest of the block does not run.
         self.path_ended = False
@@ -819,10 +819,10 @@ class Walker:
         args = tuple(self.expr(arg.value, statement, parents) for arg in node.args if arg.keyword is None and not arg.star)
         kwargs = {arg.keyword.value: self.expr(arg.value, statement, parents) for arg in node.args if arg.keyword is not None}
         spread = [self.expr(arg.value, statement, parents) for arg in node.args if arg.star == "**"]
-        for value in spread:
-            kwargs.update(value.entries or ())
-        # Every argument known by name or position: a parameter the call does not give keeps its default.
-        self.arguments_known = node if all(arg.star != "*" for arg in node.args) and all(value.entries is not None for value in spread) else None
+        # `f(**config)` of a dict written out: the keywords it gives the function called (not the call's
+        # own, which events and rules read from its syntax), and every argument is known.
+        self.spread = (node, {key: entry for value in spread for key, entry in value.entries}) \
+            if all(arg.star != "*" for arg in node.args) and all(value.entries is not None for value in spread) else None
         for arg in node.args:
             if not arg.star:
                 self.forget_entries(arg.value)  # a function given the dict may change it
@@ -1065,11 +1065,12 @@ class Walker:
                 env.update({key: value for key, value in self.env.items() if key.startswith("self.")})
         for name, value in zip(params, args):
             env[name] = value
-        for name, value in kwargs.items():
+        spread = self.spread[1] if self.spread is not None and self.spread[0] is node else None
+        for name, value in {**(spread or {}), **kwargs}.items():
             if name in params:
                 env[name] = value
-        # Without `*args`/`**kwargs` at the call, a parameter not given keeps its default.
-        defaults_apply = not any(arg.star for arg in node.args) or node is self.arguments_known
+        # Without `*args`/`**kwargs` the model cannot read at the call, a parameter not given keeps its default.
+        defaults_apply = not any(arg.star for arg in node.args) or spread is not None
         falsy = falsy_defaults(callee.node) if defaults_apply else set()
         for name in params:
             if name not in env and defaults_apply and (constant := literal_default(callee.node, name)):
