@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from fsdplint.rule import Related
 
 
-# torch.nn classes that hold blocks, unlike single layers such as torch.nn.Linear.
 # nn containers with no forward of their own, and how to iterate the modules they hold.
 FORWARDLESS_CONTAINERS = {"ModuleList": "", "ModuleDict": ".values()"}
 

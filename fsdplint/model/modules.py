@@ -30,8 +30,8 @@ _TORCH_CONTAINERS = frozenset({"Sequential", "ModuleList", "ModuleDict", "Transf
 # Single layers of other libraries, which hold no blocks to shard first (Transformer Engine's fused
 # layers; its TransformerLayer is a block of its own and not here).
 _LIBRARY_LAYERS = frozenset({f"transformer_engine.pytorch.{name}" for name in ("Linear", "LayerNormLinear", "LayerNorm", "RMSNorm", "LayerNormMLP", "GroupedLinear")})
-# Methods that return the module they are called on (`Net().to(device)`).
-_RETURN_THE_MODULE = frozenset({"to", "cuda", "cpu", "float", "half", "bfloat16", "train", "eval", "requires_grad_"})
+# Module methods whose result is the module itself (`model = model.to(device)` keeps its identity; `Net().to(device)` is what `Net()` built).
+RETURNS_SELF = frozenset({"to", "cuda", "cpu", "to_empty", "train", "eval", "float", "half", "bfloat16", "requires_grad_", "apply"})
 # Builtins an `__init__` may call without building a module.
 _PLAIN_BUILTINS = frozenset({"int", "float", "bool", "str", "len", "max", "min", "range", "round", "abs", "isinstance", "tuple", "list", "print"})
 
@@ -72,9 +72,9 @@ def _calls_bound(flow: Flow, variable: Ref, before: int) -> Iterator[tuple[cst.C
         if event.binding != variable or event.kind not in (CALL, CALL_VALUE, METHOD) or type(event.node) is not cst.Call:
             continue
         call = event.node
-        while type(call.func) is cst.Attribute and call.func.attr.value in _RETURN_THE_MODULE and type(call.func.value) is cst.Call:
+        while type(call.func) is cst.Attribute and call.func.attr.value in RETURNS_SELF and type(call.func.value) is cst.Call:
             call = call.func.value
-        if not (type(call.func) is cst.Attribute and call.func.attr.value in _RETURN_THE_MODULE):
+        if not (type(call.func) is cst.Attribute and call.func.attr.value in RETURNS_SELF):
             yield call, event
 
 

@@ -32,6 +32,7 @@ from fsdplint.model.events import (
 )
 from fsdplint.model.files import FileModel, FunctionInfo
 from fsdplint.model.flow import Loop, Write
+from fsdplint.model.modules import RETURNS_SELF
 from fsdplint.model.summaries import Surroundings, walk_body
 from fsdplint.model.names import (
     BUILTINS,
@@ -89,12 +90,12 @@ if TYPE_CHECKING:
     from fsdplint.model.flow import Flow
 
 
-# Builtins that pass an iterable through: iterating `enumerate(model.layers)` iterates the layers.
+# Dict methods that leave the dict as it was: its entries stay known.
 _READS_A_DICT = frozenset({"get", "items", "keys", "values", "copy", "__contains__"})
+# Calls that build a path from strings: one formatted from the rank names a file per rank.
 _BUILDS_PATHS = frozenset({"os.path.join", "posixpath.join", "pathlib.Path", "pathlib.PurePath", "pathlib.PosixPath"})
+# Builtins that pass an iterable through: iterating `enumerate(model.layers)` iterates the layers.
 _ITERABLE_WRAPPERS = frozenset({"enumerate", "reversed", "list", "sorted", "tuple", "iter", "zip", "filter"})
-# Module methods whose result is the module itself (`model = model.to(device)` keeps its identity).
-_RETURNS_SELF = frozenset({"to", "cuda", "cpu", "to_empty", "train", "eval", "float", "half", "bfloat16", "requires_grad_", "apply"})
 # Module methods whose result iterates sub-modules.
 _ITERATES_SUBMODULES = frozenset({"modules", "children", "named_modules", "named_children", "values", "items"})
 _ITERATES_SELF_FIRST = frozenset({"modules", "named_modules"})  # `model.modules()` yields `model` first
@@ -899,14 +900,14 @@ class Walker:
             if method in _ITERATES_SUBMODULES:
                 return Value(iterates=receiver.ref, iterates_self=method in _ITERATES_SELF_FIRST, event=event,
                              each_of=receiver.ref if method in _ITERATES_ELEMENTS else None)
-            if method in _RETURNS_SELF:
+            if method in RETURNS_SELF:
                 return Value(ref=receiver.ref, event=event)
             if method == "state_dict":
                 return Value(event=event, params_of=receiver.params_of | {receiver.ref})
             if method in _GATHERS:
                 return Value(event=event)
             return Value(event=event, params_of=receiver.params_of)
-        if (type(func) is cst.Attribute and qname is None and func.attr.value in _RETURNS_SELF
+        if (type(func) is cst.Attribute and qname is None and func.attr.value in RETURNS_SELF
                 and receiver.event is not None and receiver.event.kind == CALL):
             return receiver  # `nn.Linear(4, 4).to(device)` is still the module `nn.Linear(...)` built
         callee_ref = self.ref_of(func) if qname is None else None
@@ -919,7 +920,7 @@ class Walker:
             return Value(ref=taken, event=event)
         if qname in distributed.RETURNS_ITS_MODULE and args and args[0].ref is not None:
             return args[0]  # `model = parallelize_module(model, ...)` is still `model`
-        built_by = qname if qname is not None else receiver.built_by if type(func) is cst.Attribute and func.attr.value in _RETURNS_SELF else None
+        built_by = qname if qname is not None else receiver.built_by if type(func) is cst.Attribute and func.attr.value in RETURNS_SELF else None
         return Value(event=event, params_of=flowing if qname is None else NO_REFS, rank=rank_of_call(qname, func, node, args), built_by=built_by,
                      constant="None" if qname in distributed.RETURNS_NONE else None,
                      rank_derived=rank_derived_of_call(qname, func, node, args), world_size=world_size_of_call(qname, func, node, args))
