@@ -130,7 +130,30 @@ def parse_statements(file: FileModel, code: str) -> list[cst.BaseStatement]:
 def apply_fixes(file: FileModel, fixes: Sequence[Fix]) -> str:
     """The file's new source with every operation of `fixes` applied (they must not conflict)."""
     transformer = _ApplyOperations([operation for fix in fixes for operation in fix.operations], file)
-    return file.module.visit(transformer).code
+    return _code(file, file.module.visit(transformer))
+
+
+def _code(file: FileModel, module: cst.Module) -> str:
+    """`module.code`, where each top-level statement the fixes did not visit (it spans none of their
+    nodes, see `_ApplyOperations.on_visit`) is the file's own text of it: a fix then generates code
+    for what it changed, not for the whole file (each finding's fix is applied alone, for its edits)."""
+    original = file.module
+    if not module.has_trailing_newline or (module.default_indent, module.default_newline) != (original.default_indent, original.default_newline):
+        return module.code
+    if file._statement_code is None:
+        texts = {id(statement): original.code_for_node(statement) for statement in original.body}
+        # Kept only when the pieces make up the file's text exactly (as they do wherever it ends in a newline).
+        whole = _lines_code(original, original.header) + "".join(texts.values()) + _lines_code(original, original.footer)
+        file._statement_code = texts if whole == file.source.text else False
+    if file._statement_code is False:
+        return module.code
+    # An id of the original tree, which is alive, is that statement's: left as it was.
+    return (_lines_code(module, module.header) + "".join(file._statement_code.get(id(statement)) or module.code_for_node(statement)
+                                                        for statement in module.body) + _lines_code(module, module.footer))
+
+
+def _lines_code(module: cst.Module, lines: Sequence[cst.EmptyLine]) -> str:
+    return "".join(module.code_for_node(line) for line in lines)
 
 
 class _ApplyOperations(cst.CSTTransformer):
@@ -163,6 +186,21 @@ class _ApplyOperations(cst.CSTTransformer):
                 self.drops.append(operation)
             else:
                 self.imports.append(operation)
+        # Where the operations act: a statement that spans none of these is kept as it is, unvisited
+        # (one fix of a 1,300-line file is then not a walk of every node of it). Pinning the file's
+        # layout visits every node.
+        nodes = [node for operation in operations for node in (getattr(operation, "node", None), getattr(operation, "statement", None),
+                                                                   getattr(operation, "anchor", None)) if node is not None]
+        try:
+            self.spans = None if self.pin else [_span(file.position(node)) for node in nodes]
+        except KeyError:  # a node of no position in this file's tree: every node is visited
+            self.spans = None
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.spans is None or not isinstance(node, cst.BaseStatement):
+            return True
+        start, end = _span(self.file.position(node))
+        return any(start <= their_end and their_start <= end for their_start, their_end in self.spans)
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
         if isinstance(updated_node, cst.Module):
@@ -279,6 +317,10 @@ class _ApplyOperations(cst.CSTTransformer):
                 if f"{operation.module}.{name}" not in imported and name not in missing.get(operation.module, []):
                     missing.setdefault(operation.module, []).append(name)
         return list(missing.items())
+
+
+def _span(where) -> tuple[tuple[int, int], tuple[int, int]]:
+    return (where.start.line, where.start.column), (where.end.line, where.end.column)
 
 
 class _UsedNames(cst.CSTVisitor):

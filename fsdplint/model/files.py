@@ -41,6 +41,7 @@ class FileModel:
     # `NAME = {...}` at the top level: dict literals a function may read as a global (a dispatch table)
     module_dicts: dict[str, cst.Dict] = field(default_factory=dict)
     _positions: object = None
+    _statement_code: object = None  # fixes.py: the text of each top-level statement, made once for all fixes of the file
     _qualified: dict[int, tuple[cst.CSTNode, str | None]] = field(default_factory=dict)
 
     @property
