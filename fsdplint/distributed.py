@@ -76,6 +76,10 @@ PROCESS_SPAWNERS = frozenset({"torch.multiprocessing.spawn", "torch.multiprocess
 # Calls that count this machine's accelerators.
 DEVICE_COUNTS = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count", "torch.xpu.device_count"})
 INIT_PROCESS_GROUP = "torch.distributed.init_process_group"
+# torch's floating-point dtypes under each of their names: the name -> the dtype (`torch.half` is `torch.float16`)
+TORCH_DTYPES = {"torch.float16": "torch.float16", "torch.half": "torch.float16", "torch.bfloat16": "torch.bfloat16",
+                "torch.float32": "torch.float32", "torch.float": "torch.float32", "torch.float64": "torch.float64",
+                "torch.double": "torch.float64"}
 # Module methods that move its parameters to a device.
 MODULE_MOVES = frozenset({"to", "cuda", "to_empty", "xpu", "npu", "mps", "ipu"})
 # Calls that change the device modules and tensors are built on by default.

@@ -6,7 +6,7 @@ from fsdplint.rule import Finding, FixAvailability, Rule, Severity
 
 _GRAD_SCALERS = ("torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.amp.grad_scaler.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler")
 _SHARDED_SCALER_MODULE = "torch.distributed.fsdp.sharded_grad_scaler"
-_FP16 = ("torch.float16", "torch.half")
+_FP16 = frozenset({"torch.float16"})  # as the model names dtypes (distributed.TORCH_DTYPES)
 # Arguments GradScaler and ShardedGradScaler share by name; by position they differ (ShardedGradScaler
 # has backoff_factor before growth_factor).
 _SHARED_KEYWORDS = ("device", "init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled")
@@ -19,7 +19,10 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
     `ShardedGradScaler`: a `torch.amp.GradScaler` / `torch.cuda.amp.GradScaler` stepping an
     optimizer over an FSDP1 model, or an fp16 `MixedPrecision` in a program that wraps with
     `FullyShardedDataParallel` and scales no loss at all (the whole run is judged: the policy is
-    often a constant of a policies module that a function picks at run time).
+    often a constant of a policies module that a function picks at run time). A scaler built
+    `enabled=False`, or with a test that is false whatever runs (`dtype == "float16"` where `dtype`
+    is a `torch.dtype`), scales nothing and skips nothing: it is not reported, and does not count
+    as loss scaling.
 
     ## Why is this bad?
     Under FSDP1 each rank holds a shard of every gradient. `GradScaler` looks for inf/NaN in the
@@ -75,7 +78,7 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
         from fsdplint.rulekit import at, calls, via, where
 
         for scaler in flow.of_kind(CALL):
-            if scaler.qname not in _GRAD_SCALERS or scaler.binding is None:
+            if scaler.qname not in _GRAD_SCALERS or scaler.binding is None or _disabled(scaler):
                 continue
             wrap = None
             for step in flow.of_kind(METHOD):
@@ -119,15 +122,22 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
         calls = [event for flow in program.flows for event in flow.of_kind(CALL)]
         wraps = [event for flow in program.flows for event in flow.shard_events(fsdp=1)]
         scales = any(name.endswith("ShardedGradScaler") for file in program.files_with("ShardedGradScaler") for name in file.imports.values()) \
-            or any(event.qname in _GRAD_SCALERS for event in calls)
+            or any(event.qname in _GRAD_SCALERS and not _disabled(event) for event in calls)
         if scales or not wraps:
             return
         for policy in calls:
             if policy.qname != "torch.distributed.fsdp.MixedPrecision":
                 continue
-            dtypes = [arg.value for arg in policy.node.args if arg.keyword is not None and arg.keyword.value in ("param_dtype", "reduce_dtype")]
-            if any(policy.file.qualify(dtype) in _FP16 for dtype in dtypes):
+            dtypes = [policy.kwargs[keyword].dtypes for keyword in ("param_dtype", "reduce_dtype") if keyword in policy.kwargs]
+            if any(dtype and dtype <= _FP16 for dtype in dtypes):
                 yield Finding(policy.file, policy.node,
                               f"fp16 `MixedPrecision` in a program that wraps with `FullyShardedDataParallel` (at {where(wraps[0])}) "
                               f"and scales no loss: fp16 gradients underflow to zero without loss scaling; use `ShardedGradScaler` "
                               f"from `{_SHARDED_SCALER_MODULE}` (or train in bfloat16)", related=(at(wraps[0], "wrapped here"),))
+
+
+def _disabled(scaler) -> bool:
+    """`GradScaler(enabled=False)`, or `enabled=` a test that is false whatever runs (`dtype == "float16"`
+    with `dtype` a torch dtype): a scaler that scales nothing and never skips a step."""
+    enabled = scaler.kwargs.get("enabled")
+    return enabled is not None and (enabled.constant == "False" or enabled.always_false)

@@ -344,3 +344,33 @@ def test_clip_fix_keeps_the_layout_of_a_call_over_several_lines():
         max_norm=1.0,  # from the config
     )
     """, select=["FSDP402"]).endswith("norm = model.clip_grad_norm_(\n    max_norm=1.0,  # from the config\n)\n")
+
+
+def test_a_disabled_grad_scaler_skips_no_step():
+    """pytorch_transformer: `GradScaler(enabled=(ptdtype == "float16"))` with `ptdtype` a torch dtype is
+    never enabled, as `enabled=False` is not: it checks nothing and skips nothing. Near miss: a scaler
+    enabled where the dtype is fp16."""
+    assert codes(FSDP1_MODEL, """
+    optimizer = torch.optim.AdamW(model.parameters())
+    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
+    off = torch.amp.GradScaler("cuda", enabled=False)
+    never = torch.cuda.amp.GradScaler(enabled=(ptdtype == "float16"))
+    fp16_only = torch.cuda.amp.GradScaler(enabled=(ptdtype == torch.float16))
+    off.step(optimizer)
+    never.step(optimizer)
+    fp16_only.step(optimizer)
+    """, select=["FSDP403"]) == [(6, "FSDP403")]
+
+
+def test_fp16_is_read_from_the_policy_value_and_a_disabled_scaler_scales_nothing():
+    fp16 = """
+    half = torch.half
+    model = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({Block}), mixed_precision=MixedPrecision(param_dtype=half))
+    """
+    assert codes(fp16, select=["FSDP403"]) == [(2, "FSDP403")]
+    assert codes(fp16, "scaler = torch.amp.GradScaler('cuda', enabled=False)\n", select=["FSDP403"]) == [(2, "FSDP403")]
+    assert codes(fp16, "scaler = torch.amp.GradScaler('cuda')\n", select=["FSDP403"]) == []
+    assert codes("""
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    model = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({Block}), mixed_precision=MixedPrecision(param_dtype=dtype))
+    """, select=["FSDP403"]) == []  # fp16 on some runs only: not known

@@ -1107,7 +1107,8 @@ def _value_with_every_field_set() -> model.Value:
         elements=(model.Value(ref=model.Ref("y")),), visits=(model.Value(ref=model.Ref("z")),), callees=(function("f"),),
         table=(function("g"),), entries=(("lr", model.Value(ref=model.Ref("y"))),), rank=model.Rank(model.GLOBAL_RANK), constant="True", literal="True",
         rank_test=model.RankTest(True, True), always_false=True, element=model.Element(caller, "0", ()), each_of=caller,
-        built_by="Model", rank_derived=model.RANK_NUMBER, world_size=True, run_test=True, text="cuda")
+        built_by="Model", rank_derived=model.RANK_NUMBER, world_size=True, run_test=True, text="cuda",
+        dtypes=frozenset({"torch.float16"}))
 
 
 def test_a_calling_contexts_shape_and_a_copied_walk_keep_every_field_of_a_value():
@@ -1317,3 +1318,30 @@ def test_a_dict_written_out_passes_its_entries_as_keywords():
                 if type(event.node) is cst.Call and model.dotted_name(event.node.func) in ("range", "log")]
     assert given("literal") == ["1", "True"] and given("called") == ["1", "False"] and given("read") == ["1", "True"]
     assert given("assigned") == given("updated") == given("handed") == given("unknown") == [None, None]
+
+
+def test_a_torch_dtype_is_known_through_names_tables_and_tests():
+    """pytorch_transformer: `ptdtype = {..., "float16": torch.float16}[name]` is one of three dtypes, and
+    `ptdtype == "float16"` compares a dtype with a string: false whatever runs, so `if` on it takes no
+    branch. Near misses: `ptdtype == torch.float16` (may hold), a table with an entry that is no dtype,
+    and a name assigned twice."""
+    program = program_of("""
+    import torch
+    def main(name, other):
+        ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+        half = {"fp16": torch.half, "fp32": torch.float}["fp16"]
+        either = torch.bfloat16 if other else torch.float16
+        mixed = {"fp16": torch.float16, "auto": "auto"}[name]
+        twice = torch.float16
+        twice = other
+        log(ptdtype, half, either, mixed, twice)
+        log(ptdtype == "float16", ptdtype == torch.float16, half == torch.bfloat16, mixed == "auto")
+        if ptdtype == "float16":
+            log(never)
+    """)
+    logged = [event for event in flow_of(program, "main").events if type(event.node) is cst.Call and model.dotted_name(event.node.func) == "log"]
+    assert [value.dtypes for value in logged[0].args] == [
+        frozenset({"torch.float32", "torch.bfloat16", "torch.float16"}), frozenset({"torch.float16"}),
+        frozenset({"torch.bfloat16", "torch.float16"}), None, None]
+    assert [value.always_false for value in logged[1].args] == [True, False, True, False]
+    assert len(logged) == 2  # the body of `if ptdtype == "float16":` is never walked

@@ -152,6 +152,8 @@ class Value:
     # The string it holds, where known: a literal, a parameter passed or defaulting to one, a name
     # assigned one once, an f-string of those (a part not known stands as UNKNOWN_PART).
     text: str | None = None
+    # The torch dtypes it is one of (`torch.float16`; `{"fp16": torch.float16, ...}[name]`), where it is known to be one.
+    dtypes: frozenset[str] | None = None
 
 
 # In a Value's text, a part whose text is not known: no address or name holds it, so that

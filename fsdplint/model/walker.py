@@ -540,7 +540,8 @@ class Walker:
             bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, iterates_self=value.iterates_self, elements=value.elements,
                           rank=value.rank, constant=constant, literal=value.constant, rank_test=value.rank_test, visits=value.visits,
                           callees=value.callees, table=value.table, entries=value.entries, built_by=value.built_by, rank_derived=value.rank_derived,
-                          world_size=value.world_size, text=value.text if once else None, run_test=value.run_test)
+                          world_size=value.world_size, text=value.text if once else None, run_test=value.run_test,
+                          dtypes=value.dtypes if once else None)
             if root and value.built_by:
                 self.flow.write(Write.INSTANCE, root, value.built_by)
         self.env[key] = bound
@@ -654,6 +655,9 @@ class Walker:
             key = dotted_name(node)
             if key is not None and key in self.env:
                 return self.env[key]
+            dtype = distributed.TORCH_DTYPES.get(self.file.qualify(node))
+            if dtype is not None:
+                return Value(dtypes=frozenset({dtype}))  # `torch.float16`
             if type(node) is cst.Attribute:
                 self.expr(node.value, statement, parents)
             # An unassigned name or attribute says by its name whether it is a rank (`self.global_rank`).
@@ -683,7 +687,8 @@ class Walker:
             if base.ref is not None and type(index) is cst.Index:  # `model.layers[0]`: one direct element
                 literal = type(index.value) in (cst.Integer, cst.SimpleString)
                 element = Element(base.ref, index.value.value if literal else "?")
-            return Value(ref=base.ref.child("[]") if base.ref else None, callees=base.table, element=element, rank_derived=self.part_by_rank(index))
+            return Value(ref=base.ref.child("[]") if base.ref else None, callees=base.table, element=element, rank_derived=self.part_by_rank(index),
+                         dtypes=_dtypes_taken(base, string_value(index.value) if type(index) is cst.Index and type(index.value) is cst.SimpleString else None))
         if type(node) is cst.Call:
             return self.call(node, statement, parents, with_item)
         if type(node) in (cst.Lambda, cst.FunctionDef, cst.ClassDef):
@@ -718,7 +723,8 @@ class Walker:
             if truth is not None:
                 return body if truth else orelse  # `x if outer is not None else None` with `outer` left None
             # `model.model if hasattr(model, "model") else model.esm`: one of the two modules, as with `or`
-            return _not_none(body, orelse) or Value(ref=_either([body.ref, orelse.ref]), params_of=refs_of((test, body, orelse)))
+            return _not_none(body, orelse) or Value(ref=_either([body.ref, orelse.ref]), params_of=refs_of((test, body, orelse)),
+                                                    dtypes=body.dtypes | orelse.dtypes if body.dtypes and orelse.dtypes else None)
         if type(node) is cst.UnaryOperation and type(node.operator) is cst.Not:
             operand = self.expr(node.expression, statement, parents)
             return Value(rank_test=operand.rank_test.negated() if operand.rank_test else None, run_test=operand.run_test)
@@ -762,6 +768,8 @@ class Walker:
         test either."""
         values = [self.expr(part, statement, parents) for part in subexpressions(node)]
         params = refs_of(values)
+        if len(node.comparisons) == 1 and type(node.comparisons[0].operator) is cst.Equal and _never_equal(*values):
+            return Value(params_of=params, always_false=True)  # `dtype == "float16"` where `dtype` is a torch dtype
         compares_rank = any(value.rank is not None for value in values)
         same_everywhere = any(type(target.operator) in (cst.Is, cst.IsNot)
                               or type(target.operator) in (cst.Equal, cst.NotEqual) and is_minus_one(target.comparator)
@@ -1181,6 +1189,23 @@ def _integer(literal: str | None) -> int | None:
         return int(literal, 0) if literal is not None else None
     except ValueError:
         return None
+
+
+def _dtypes_taken(table: Value, key: str | None) -> frozenset[str] | None:
+    """The dtypes an entry of a dict written out may be (`{"fp16": torch.float16, ...}[name]`): the one
+    of `key` when the key is known, else those of every entry, when each entry is a dtype."""
+    if not table.entries or not all(entry.dtypes for _, entry in table.entries):
+        return None
+    chosen = [entry.dtypes for name, entry in table.entries if name == key] if key is not None else []
+    return chosen[-1] if chosen else frozenset().union(*(entry.dtypes for _, entry in table.entries))
+
+
+def _never_equal(left: Value, right: Value) -> bool:
+    """`==` is false whatever runs: a torch dtype against a string, or against dtypes it is none of."""
+    for one, other in ((left, right), (right, left)):
+        if one.dtypes and (other.text is not None or other.dtypes and one.dtypes.isdisjoint(other.dtypes)):
+            return True
+    return False
 
 
 def _either(refs: list[Ref | None]) -> Ref | None:
