@@ -21,7 +21,12 @@ def program_of(source: str, name: str = "train.py") -> model.Program:
 
 
 def flow_of(program: model.Program, function: str | None) -> model.Flow:
-    return next(flow for flow in program.flows if (flow.function.qualname if flow.function else None) == function)
+    """The flow of the module body (None) or of the function's own body: a function that another
+    function calls is walked in its callers' flows and gets its own only when asked for."""
+    if function is None:
+        return next(flow for flow in program.flows if flow.function is None)
+    [info] = [info for file in program.files for info in file.functions.values() if info.qualname == function]
+    return program.flow_of(info)
 
 
 def test_a_flow_past_its_budget_is_unknown_not_partial():
@@ -1345,3 +1350,41 @@ def test_a_torch_dtype_is_known_through_names_tables_and_tests():
         frozenset({"torch.bfloat16", "torch.float16"}), None, None]
     assert [value.always_false for value in logged[1].args] == [True, False, True, False]
     assert len(logged) == 2  # the body of `if ptdtype == "float16":` is never walked
+
+
+def test_a_function_another_function_walked_gets_no_flow_of_its_own():
+    """`build` is walked in `main`'s flow, with what `main` gives it: no flow of its own among the
+    run's flows (a rule may still ask for it). Near misses: `main`, called only by the module body,
+    and `unused`, called by nothing, keep theirs; so does a helper whose only caller ran past its budget."""
+    program = program_of("""
+    from torch.distributed.fsdp import fully_shard
+
+    def build(model):
+        fully_shard(model)
+
+    def unused(model):
+        fully_shard(model)
+
+    def main(model):
+        build(model)
+
+    main(Net())
+    """)
+    assert sorted(flow.function.name if flow.function else "<module>" for flow in program.flows) == ["<module>", "main", "unused"]
+    [build] = [info for info in program.files[0].functions.values() if info.name == "build"]
+    assert [event.kind for event in program.flow_of(build).events] == [model.SHARD]
+    calls = "\n".join(f"    part{i} = middle(model)" for i in range(model.FLOW_BUDGET // 100))
+    program = program_of(f"""
+from torch.distributed.fsdp import fully_shard
+
+def helper(model):
+    fully_shard(model)
+
+def middle(model):
+{chr(10).join(f"    x{i} = model.layer{i}" for i in range(60))}
+
+def main(model):
+    helper(model)
+{calls}
+""")
+    assert "helper" in [flow.function.name for flow in program.flows if flow.function]

@@ -61,7 +61,7 @@ def main(model):
     optimizer = prepare(model)
 """)
     assert line == 6 and message.startswith("the optimizer is built before")
-    assert related == [(7, "sharded here")]
+    assert related == [(7, "sharded here"), (11, "`prepare` called here")]
 
 
 def test_the_calls_that_led_into_a_helper_are_related_locations():

@@ -2,10 +2,12 @@
 
 For each parsed file (`files`): its imports (local name -> qualified name, `names`), its functions and
 classes, and the attributes its classes assign containers to. For the whole run (`program`): one `Flow`
-per function and per module body (`flow`), holding the ordered `Event`s of that function (`events`),
-made by the `walker`, which evaluates each statement into `Value`s (`values`) and follows the calls of
-functions defined in the checked files into them, arguments substituted for parameters, so that
-`shard_model(model)` followed by `build_optimizer(model)` reads as one sequence even across files.
+per module body and per function no other function's flow has walked (`flow`), holding the ordered
+`Event`s of that function (`events`), made by the `walker`, which evaluates each statement into
+`Value`s (`values`) and follows the calls of functions defined in the checked files into them,
+arguments substituted for parameters, so that `shard_model(model)` followed by `build_optimizer(model)`
+reads as one sequence even across files. A function a caller's flow has walked is analyzed there, with
+what the caller gives it, and gets a flow of its own only when a rule asks for it (`Program.flow_of`).
 A function is walked once per calling context; the other calls in that context get a copy of that
 walk, mapped to their own arguments, variables and surroundings (`summaries`).
 

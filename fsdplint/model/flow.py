@@ -111,10 +111,11 @@ class Flow:
         self.writes: list[tuple[Write, object, object]] = []  # every write to the tables above, in order
         self.attempted: list[tuple[int, int]] = []  # the functions (node ids) the walk came to call, followed or not, and from which depth
         self.consulted: list[str] = []  # the variables whose maker a walk looked up (what built them: `origin`, `constructed`)
+        self.walked: list[int] = []  # the functions (node ids) whose bodies the walk followed where it calls them
 
     def done_walking(self) -> None:
         """Drops what only walks read (summaries keep their own part of it)."""
-        self.writes, self.attempted, self.consulted = [], [], []
+        self.writes, self.attempted, self.consulted, self.walked = [], [], [], []
 
     def write(self, kind: Write, key, value=None) -> None:
         """Writes to the tables above, and keeps the write for summaries to replay."""

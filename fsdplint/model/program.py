@@ -46,11 +46,12 @@ class Program:
                 self._unparsed_by_name.setdefault(name, []).append(unparsed)
         self._bound_counts: dict[int, tuple[cst.CSTNode, Counter[str]]] = {}
         self._resolved: dict[tuple[int, int, int], tuple[cst.CSTNode, FunctionInfo | None]] = {}
+        self._walked_by_callers: set[int] = set()  # functions (node ids) whose bodies some function's flow followed
         for file in self.files:
             self._index(file)
         # The run's budget goes first to the files that mention FSDP, whose flows rules report on most;
-        # in each of the two, functions before module bodies.
-        function_flows: list[tuple[int, Flow]] = []  # with the position of the file among `files`
+        # in each of the two, functions (each file's last first) before module bodies.
+        function_flows: list[tuple[tuple[int, int], Flow]] = []  # with the positions of the file among `files` and of the function in it
         module_flows: list[tuple[int, Flow]] = []
         for tier in (True, False):
             started: list[tuple[int, FileModel]] = []
@@ -67,7 +68,12 @@ class Program:
                         continue
                     start = parsed
                 started.append((position, start))
-                function_flows += [(position, self._build_flow(start, function)) for function in start.functions.values()]
+                # Last function first: a function another function's flow has walked where it calls it is
+                # analyzed there, in what each caller gives it, and gets no flow of its own (most
+                # helpers are defined above the functions that call them).
+                for order, function in reversed(list(enumerate(start.functions.values()))):
+                    if id(function.node) not in self._walked_by_callers:
+                        function_flows.append(((position, order), self._build_flow(start, function)))
             module_flows += [(position, self._build_flow(start, None)) for position, start in started]
         self.summaries.clear()  # only walks use them
         # In the files' order, functions before module bodies: when two flows report one node, the first
@@ -99,6 +105,8 @@ class Program:
             unknown.exhausted = True
             return unknown
         self.steps_left -= flow.steps
+        if function is not None:
+            self._walked_by_callers.update(flow.walked)
         flow.returned = walker.returned
         flow.done_walking()
         return flow

@@ -165,6 +165,7 @@ class Summary:
     steps: int
     versions: int
     returned: Value
+    walked: tuple[int, ...]  # the functions whose bodies it followed (Flow.walked)
 
     def fits(self, flow: Flow, context: Context, stack: tuple[int, ...], depth: int, limit: int) -> bool:
         """The walk would be the same in this call: it stops at the same functions (the caller's stack
@@ -334,7 +335,7 @@ def walk_body(walker, caller_stack: tuple[int, ...], around: Surroundings, call_
             except Unmappable:
                 break
     start, loops, writes, steps, versions = len(flow.events), len(flow.loops), len(flow.writes), flow.steps, flow.versions
-    attempted, consulted = len(flow.attempted), len(flow.consulted)
+    attempted, consulted, walked = len(flow.attempted), len(flow.consulted), len(flow.walked)
     walker.walk_suite(callee.node.body, ())
     events = flow.events[start:]
     calls = frozenset((function, depth - walker.depth) for function, depth in flow.attempted[attempted:])
@@ -346,7 +347,7 @@ def walk_body(walker, caller_stack: tuple[int, ...], around: Surroundings, call_
         context, around, call_id, program.last_call_id, start, events, [event.targets for event in events],
         {position: event.binding for position, event in enumerate(events) if event.binding is not None}, flow.loops[loops:],
         flow.writes[writes:], calls, {function for function, _ in calls}.intersection(caller_stack), walker.depth, makers,
-        flow.steps - steps, flow.versions - versions, walker.returned))
+        flow.steps - steps, flow.versions - versions, walker.returned, tuple(flow.walked[walked:])))
     return walker.returned
 
 
@@ -364,5 +365,6 @@ def _apply(summary: Summary, flow: Flow, context: Context, around: Surroundings,
     for write in writes:
         flow.write(*write)
     flow.attempted += [(function, depth + below) for function, below in summary.calls]
+    flow.walked += summary.walked
     flow.program.reserve_call_ids(summary.last_call_id - summary.first_call_id)
     return returned

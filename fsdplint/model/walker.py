@@ -1045,6 +1045,7 @@ class Walker:
         if self.depth >= _MAX_INLINE_DEPTH or id(callee.node) in self.stack or callee.name in self.patched or self.raising:
             event = self.emit(CALL, node, statement=statement, parents=parents, qname=callee.qualname, args=args, kwargs=kwargs)
             return Value(event=event)
+        self.flow.walked.append(id(callee.node))
         wrapped = self.decorator_wrapper(callee) if self.forwarded is None or self.forwarded_to is not callee else None
         if wrapped is not None:
             # The decorator's wrapper runs, and calls the function where it calls its parameter
