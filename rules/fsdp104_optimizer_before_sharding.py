@@ -18,7 +18,11 @@ class OptimizerBeforeSharding(Rule):
     Sharding replaces the model's `Parameter` objects (with DTensors for FSDP2, with flat
     parameters for FSDP1). The optimizer keeps the old ones, which no longer receive gradients:
     `optimizer.step()` updates nothing, its state stays empty, and no warning is printed
-    (observed: 0 of 8 parameters changed after 3 steps).
+    (observed: 0 of 8 parameters changed after 3 steps). FSDP1 with `use_orig_params=True` keeps
+    the original `Parameter` objects (as views into its flat parameters), so an optimizer built
+    before that wrap still trains the model: it is not reported (observed: 4 of 4 changed). Where
+    `use_orig_params=` is given a value fsdplint does not know (or may come in a `**` argument),
+    it is not reported either.
 
     Frameworks that re-bind the optimizer to the wrapped model
     (`accelerator.prepare(model, optimizer)`, `fabric.setup(model, optimizer)`) are not reported.
@@ -62,7 +66,7 @@ class OptimizerBeforeSharding(Rule):
         for flow in program.flows:
             for optimizer in flow.of_kind(OPTIMIZER):
                 for module in optimizer.params_of:
-                    later = [e for e in flow.shard_events() if e.index > optimizer.index
+                    later = [e for e in flow.shard_events() if e.index > optimizer.index and _replaces_parameters(e)
                              and any(module.is_within(t) or t.is_within(module) for t in e.targets)]
                     if not later or self._rebuilt_or_rebound(flow, optimizer, module, later[0].index):
                         continue
@@ -103,3 +107,16 @@ class OptimizerBeforeSharding(Rule):
             ):
                 return True
         return False
+
+
+def _replaces_parameters(shard) -> bool:
+    """`fully_shard` does; `FullyShardedDataParallel` unless `use_orig_params=` is anything but `False`
+    (`True` keeps the original parameters; a value not known may be `True`)."""
+    from fsdplint.model import SHARD
+
+    if shard.kind == SHARD:
+        return True
+    keeps = shard.kwargs.get("use_orig_params")
+    if keeps is None:  # the default, False, unless a `**` argument may give it
+        return not any(arg.star == "**" for arg in shard.node.args)
+    return keeps.constant == "False"

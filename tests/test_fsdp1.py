@@ -374,3 +374,21 @@ def test_fp16_is_read_from_the_policy_value_and_a_disabled_scaler_scales_nothing
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     model = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({Block}), mixed_precision=MixedPrecision(param_dtype=dtype))
     """, select=["FSDP403"]) == []  # fp16 on some runs only: not known
+
+
+def test_fsdp1_with_original_parameters_keeps_what_an_earlier_optimizer_holds():
+    """fairchem-style: `FSDP(model, use_orig_params=True)` keeps the model's `Parameter` objects, so an
+    optimizer built before the wrap still trains it (4 of 4 parameters changed on 2 CPU ranks). Near
+    misses: `use_orig_params=False` and the default replace them; a value not known, or a `**`
+    argument that may hold it, is not judged."""
+    def body(arguments):
+        return f"""
+        model = Net()
+        optimizer = torch.optim.AdamW(model.parameters())
+        model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({{Block}}){arguments})
+        """
+    assert codes(body(", use_orig_params=True"), select=["FSDP104"]) == []
+    assert codes(body(", use_orig_params=False"), select=["FSDP104"]) == [(2, "FSDP104")]
+    assert codes(body(""), select=["FSDP104"]) == [(2, "FSDP104")]
+    assert codes(body(", use_orig_params=args.orig"), select=["FSDP104"]) == []
+    assert codes(body(", **fsdp_kwargs"), select=["FSDP104"]) == []
