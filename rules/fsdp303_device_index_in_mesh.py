@@ -9,8 +9,8 @@ class DeviceIndexInMesh(Rule):
     """
     ## What it does
     Finds `init_device_mesh` given a device with an index (`"cuda:0"`, `f"cuda:{local_rank}"`,
-    `str(device)` of a `torch.device("cuda", i)`) or a `torch.device` object instead of a device
-    type.
+    `str(device)` of a `torch.device("cuda", i)`, or a variable or function result that holds such a
+    string) or a `torch.device` object instead of a device type.
 
     ## Why is this bad?
     A mesh spans devices of every rank; it takes only their type. With an index it fails at once:
@@ -31,7 +31,7 @@ class DeviceIndexInMesh(Rule):
 
     ## Fix safety
     The fix is safe: it passes the device type alone (`"cuda"`, or `device.type`), which is what
-    `init_device_mesh` accepts. Choosing each rank's GPU is done by `torch.cuda.set_device`, which
+    `init_device_mesh` accepts. A string that arrives through a variable or a function has no fix. Choosing each rank's GPU is done by `torch.cuda.set_device`, which
     the index never did here.
 
     ## References
@@ -62,6 +62,12 @@ class DeviceIndexInMesh(Rule):
                     continue
                 replacement = _type_only(argument) or _device_object_type(flow, event, argument, devices)
                 if replacement is None:
+                    indexed = _indexed_text(event)
+                    if indexed is not None:  # a name or a helper's result holding `f"cuda:{i}"`: no text to put instead
+                        yield Finding(event.file, argument,
+                                      f"`init_device_mesh` takes a device type, not `{code(event, argument)}`, which holds the device "
+                                      f"with an index `{indexed}`{via(event)}: it raises `Device type with index is not supported`; "
+                                      "pass the device type alone", related=calls(flow, event))
                     continue
                 fix = Fix("Pass the device type alone", safe=True,
                           operations=[Replace(argument, lambda _, text=replacement: cst.parse_expression(text))])
@@ -69,6 +75,17 @@ class DeviceIndexInMesh(Rule):
                 yield Finding(event.file, argument,
                               f"`init_device_mesh` takes a device type, not `{code(event, argument)}`{via(event)}: it raises "
                               f"{error}; pass `{replacement}`", fix, related=calls(flow, event))
+
+
+def _indexed_text(event) -> str | None:
+    """The device string the device type argument holds when it names an index (`"cuda:0"`, `f"cuda:{i}"`
+    through a variable or a function's result), with a part not known shown as `…`."""
+    from fsdplint.model import UNKNOWN_PART
+
+    value = event.args[0] if event.args else event.kwargs.get("device_type")
+    if value is None or value.text is None or ":" not in value.text.replace(UNKNOWN_PART, ""):
+        return None
+    return value.text.replace(UNKNOWN_PART, "…")
 
 
 def _device_type_argument(call):

@@ -320,6 +320,32 @@ def test_mesh_device_types_that_are_right():
     """) == []
 
 
+def test_a_device_string_with_an_index_through_a_name_or_a_function():
+    """fairchem: the string reaches `init_device_mesh` through a variable or a helper's result; no fix
+    then. Near misses: a name assigned twice (which string is not known), a type alone, and a helper
+    that returns the indexed string on one branch only."""
+    source = """
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    def device_of(i):
+        return f"cuda:{i}"
+    def maybe(i):
+        return f"cuda:{i}" if torch.cuda.is_available() else "cpu"
+    def main(local_rank, other):
+        dev = f"cuda:{local_rank}"
+        init_device_mesh(dev, (2,))
+        init_device_mesh(device_type=device_of(local_rank), mesh_shape=(2,))
+        kind = "cuda"
+        init_device_mesh(kind, (2,))
+        twice = "cuda:0"
+        twice = other
+        init_device_mesh(twice, (2,))
+        init_device_mesh(maybe(local_rank), (2,))
+    """
+    assert codes(source) == [(10, "FSDP303"), (11, "FSDP303")]
+    assert fixed(source, "FSDP303") == textwrap.dedent(source)
+
+
 NCCL_SCRIPT = """
 import os
 import torch
