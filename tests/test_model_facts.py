@@ -1388,3 +1388,30 @@ def main(model):
 {calls}
 """)
     assert "helper" in [flow.function.name for flow in program.flows if flow.function]
+
+
+def test_a_module_init_keeps_wrapped_in_an_attribute_is_that_wrap_in_every_other_method():
+    """oumi: `self.model = FSDP(model, ...)` in `__init__` on every path: in `step`, `self.model` is
+    managed by that wrap. Near misses: a wrap under a test in `__init__`, an attribute `__init__` gives
+    another value afterwards, and a wrap in a method other than `__init__` bound to an attribute."""
+    program = program_of("""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    class Trainer:
+        def __init__(self, model, other, use_fsdp):
+            self.model = FSDP(model)
+            if use_fsdp:
+                self.maybe = FSDP(other)
+            self.replaced = FSDP(other)
+            self.replaced = other
+        def setup(self, model):
+            self.late = FSDP(model)
+        def step(self):
+            self.model.parameters()
+            self.maybe.parameters()
+            self.replaced.parameters()
+            self.late.parameters()
+    """)
+    step = flow_of(program, "Trainer.step")
+    uses = [event for event in step.events if event.kind == model.METHOD and event.method == "parameters"]
+    assert [step.sharding_of(event.target, event.index, fsdp=1) is not None for event in uses] == [True, False, False, False]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from collections import Counter
 from pathlib import Path
@@ -11,11 +12,13 @@ from typing import Iterator, Sequence
 import libcst as cst
 
 from fsdplint import distributed
-from fsdplint.model.events import Event
+from fsdplint.model.events import ASSIGN, SHARD, WRAP, Event
 from fsdplint.model.files import FileModel, FunctionInfo, UnparsedFile
+from fsdplint.model.names import dotted_name
 from fsdplint.model.flow import Flow
 from fsdplint.model.summaries import Summary
 from fsdplint.model.syntax import bound_names, statements_of
+from fsdplint.model.values import Ref
 from fsdplint.model.walker import CHARACTERS_PER_STEP, PROGRAM_BUDGET, BudgetExhausted, Walker
 
 
@@ -80,7 +83,8 @@ class Program:
         # (and shortest "via" chain) is kept.
         self.flows = [flow for _, flow in sorted(function_flows, key=lambda pair: pair[0])] + \
             [flow for _, flow in sorted(module_flows, key=lambda pair: pair[0])]
-        # Modules a class shards on `self` in any of its methods, for its other methods.
+        # Modules a class shards on `self` in any of its methods, and the modules its `__init__` keeps
+        # sharded in attributes of `self`, for its other methods.
         self.class_shards: dict[tuple[str, str], list[Event]] = {}
         for flow in self.flows:
             if flow.function and flow.function.class_name:
@@ -88,6 +92,8 @@ class Program:
                 for event in flow.shard_events():
                     if any(target.root == "self" for target in event.targets):
                         self.class_shards.setdefault(key, []).append(event)
+                if flow.function.name == "__init__":
+                    self.class_shards.setdefault(key, []).extend(_kept_in_attributes(flow))
         self._flows_by_function = {id(flow.function.node): flow for flow in self.flows if flow.function is not None}
 
     def _build_flow(self, file: FileModel, function: FunctionInfo | None) -> Flow:
@@ -338,6 +344,24 @@ class Program:
         # setup` in setup.py is not fms-fsdp's own `setup()`, which starts a process group.
         (candidate,) = candidates
         return candidate if relative or module.split(".")[0] in Path(candidate.file.source.path).resolve().parts else None
+
+
+def _kept_in_attributes(init: Flow) -> list[Event]:
+    """`self.model = FSDP(model, ...)` (or `fully_shard`'s result) in `__init__`, on every path through
+    it, on every rank, and the last value `__init__` gives that attribute: every other method runs
+    after it, with that module at `self.model`. Each such wrap, with the attribute among its targets."""
+    last: dict[Ref, Event] = {}
+    for assign in init.of_kind(ASSIGN):
+        # By the target as written: a ref of `self.model` once bound is the module it was bound to.
+        written = dotted_name(assign.node) or ""
+        if written.count(".") == 1 and written.startswith("self."):
+            last[Ref("self", (written[len("self."):],))] = assign
+    kept = []
+    for attribute, assign in last.items():
+        made = assign.value.event if assign.value is not None else None
+        if made is not None and made.kind in (SHARD, WRAP) and not (assign.arms or assign.rank_guards or made.arms or made.rank_guards):
+            kept.append(dataclasses.replace(made, targets=made.targets + (attribute,)))
+    return kept
 
 
 def _mentions_fsdp(text: str) -> bool:
