@@ -22,7 +22,8 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
     often a constant of a policies module that a function picks at run time). A scaler built
     `enabled=False`, or with a test that is false whatever runs (`dtype == "float16"` where `dtype`
     is a `torch.dtype`), scales nothing and skips nothing: it is not reported, and does not count
-    as loss scaling.
+    as loss scaling. A model wrapped with `sharding_strategy=ShardingStrategy.NO_SHARD` holds whole,
+    all-reduced gradients on every rank, which all see the same overflow: not reported.
 
     ## Why is this bad?
     Under FSDP1 each rank holds a shard of every gradient. `GradScaler` looks for inf/NaN in the
@@ -75,7 +76,7 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
 
     def _plain_scalers(self, flow) -> Iterable[Finding]:
         from fsdplint.model import CALL, METHOD, Value
-        from fsdplint.rulekit import at, calls, via, where
+        from fsdplint.rulekit import at, calls, shards_nothing, via, where
 
         for scaler in flow.of_kind(CALL):
             if scaler.qname not in _GRAD_SCALERS or scaler.binding is None or _disabled(scaler):
@@ -87,7 +88,8 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
                 optimizer = flow.origin(Value(ref=step.args[0].ref), step.index) if step.args[0].ref else None
                 for module in sorted(optimizer.params_of if optimizer else (), key=str):
                     found = flow.sharding_of(module, step.index, fsdp=1)
-                    wrap = wrap or (found if found is not None and not found.excludes(scaler) else None)
+                    # NO_SHARD: every rank holds the whole all-reduced gradients and skips the same steps.
+                    wrap = wrap or (found if found is not None and not found.excludes(scaler) and not shards_nothing(found) else None)
             if wrap is None:
                 continue
             yield Finding(scaler.file, scaler.node,

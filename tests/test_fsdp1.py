@@ -392,3 +392,16 @@ def test_fsdp1_with_original_parameters_keeps_what_an_earlier_optimizer_holds():
     assert codes(body(""), select=["FSDP104"]) == [(2, "FSDP104")]
     assert codes(body(", use_orig_params=args.orig"), select=["FSDP104"]) == []
     assert codes(body(", **fsdp_kwargs"), select=["FSDP104"]) == []
+
+
+def test_a_grad_scaler_over_a_model_that_shards_nothing_sees_every_gradient():
+    """physicsnemo: under NO_SHARD every rank holds the whole all-reduced gradients, so every rank
+    finds the same overflow (scale 512 on both of 2 CPU ranks; FULL_SHARD: 1024 against 512)."""
+    body = """
+    model = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({{Block}}), sharding_strategy=ShardingStrategy.{strategy})
+    optimizer = torch.optim.AdamW(model.parameters())
+    scaler = torch.amp.GradScaler("cuda")
+    scaler.step(optimizer)
+    """
+    assert codes(body.format(strategy="NO_SHARD"), select=["FSDP403"]) == []
+    assert codes(body.format(strategy="FULL_SHARD"), select=["FSDP403"]) == [(3, "FSDP403")]
