@@ -459,6 +459,45 @@ def test_a_name_imported_from_another_package_is_not_the_runs_function_of_that_n
     assert sorted(d.code for d in check_paths([tmp_path], select=["FSDP301", "FSDP304"])) == ["FSDP301", "FSDP304"]
 
 
+def test_a_package_import_is_the_package_not_a_script_module_of_the_same_last_name(tmp_path: Path):
+    """physicsnemo: `from physicsnemo.utils import save_checkpoint` (the package gathers a full state
+    dict) was resolved to an example script's `utils.py` that saves a sharded one (FSDP201 there).
+    Near miss: a script beside that `utils.py` that imports it as `utils` still reaches it."""
+    package = tmp_path / "physicsnemo" / "utils"
+    package.mkdir(parents=True)
+    (tmp_path / "physicsnemo" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("from .checkpoint import save_checkpoint\n")
+    (package / "checkpoint.py").write_text(textwrap.dedent("""
+    import torch
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    def save_checkpoint(path, model):
+        torch.save(get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)), path)
+    """))
+    example = tmp_path / "examples" / "xa"
+    example.mkdir(parents=True)
+    (example / "utils.py").write_text(textwrap.dedent("""
+    import torch
+
+    def save_checkpoint(path, model):
+        torch.save(model.state_dict(), path)
+    """))
+    train = textwrap.dedent("""
+    from torch.distributed.fsdp import fully_shard
+    from {module} import save_checkpoint
+
+    def main(model):
+        for block in model.layers:
+            fully_shard(block)
+        fully_shard(model)
+        save_checkpoint("ckpt.pt", model)
+    """)
+    (tmp_path / "test_ckpt.py").write_text(train.format(module="physicsnemo.utils"))
+    assert [d.code for d in check_paths([tmp_path], select=["FSDP201"])] == []
+    (example / "train.py").write_text(train.format(module="utils"))
+    assert [(Path(d.path).name, d.code) for d in check_paths([tmp_path], select=["FSDP201"])] == [("utils.py", "FSDP201")]
+
+
 # The shapes of issue 13's false positives and misses on real repositories, each through the rules.
 
 def test_a_model_rebuilt_under_the_same_name_is_not_the_sharded_one():
