@@ -69,10 +69,11 @@ class CollectiveOnSomeRanks(Rule):
             every = [(event, name) for event in flow.events if (name := flow.collective(event)) and not over_a_group(event)]
             collectives = [(event, name) for event, name in every if event.rank_guards]
             # Where the other ranks reach a collective too, each rank reaches one: `if rank == 0:
-            # broadcast(x) else: broadcast(y)`, or `if not is_main: barrier()` ... `if is_main: barrier()`.
-            reaching = {guard.condition() for event, _ in collectives for guard in event.rank_guards}
+            # broadcast(x) else: broadcast(y)`, or `if not is_main: barrier()` ... `if is_main: barrier()`,
+            # with the same other parts of the test (`if world_size > 1 and rank != 0:` ... `and rank == 0`).
+            reaching = {guard.conjuncts() for event, _ in collectives for guard in event.rank_guards}
             for event, name in collectives:
-                guard = next((g for g in reversed(event.rank_guards) if (g.condition()[0], not g.condition()[1]) not in reaching
+                guard = next((g for g in reversed(event.rank_guards) if not _complemented(g, reaching)
                               and not any(_in_other_branch(other, g) for other, _ in every)
                               and not _other_arm_calls_unseen_code(flow, event, g)), None)
                 if guard is not None:
@@ -98,6 +99,12 @@ class CollectiveOnSomeRanks(Rule):
                        f"`{call}` {where} {reached} on some ranks only: the other ranks never join and it hangs; "
                        f"call it on every rank and keep only the rank-0 work (the file write) under the guard",
                        related=() if direct else (at(event, f"`{name}` here"), *calls(flow, event, below=node)))
+
+
+def _complemented(guard, reaching: set[frozenset[tuple[str, bool]]]) -> bool:
+    """Some collective's guard knows what this one knows with one part the other way round."""
+    parts = guard.conjuncts()
+    return any((parts - {part}) | {(part[0], not part[1])} in reaching for part in parts)
 
 
 def _other_arm_calls_unseen_code(flow, event, guard) -> bool:

@@ -596,3 +596,23 @@ def test_a_rank_read_on_one_path_and_a_literal_on_the_other_is_the_rank():
             torch.save(state, "model.pt")
         torch.save(state, "every-rank.pt")
     """, "FSDP204") == [15]
+
+
+def test_rank_zero_goes_first_with_a_test_shared_by_both_guards():
+    """physicsnemo: `if world_size > 1 and rank != 0: barrier()`, rank 0 downloads, then `if world_size
+    > 1 and rank == 0: barrier()`: where the shared part holds, every rank calls barrier once. Near
+    misses: the shared parts differ, and a guard with no partner."""
+    assert lines("""
+    def first(world_size, rank):
+        if world_size > 1 and rank != 0:
+            dist.barrier()
+        download()
+        if world_size > 1 and rank == 0:
+            dist.barrier()
+
+    def differ(world_size, rank, other):
+        if world_size > 1 and rank != 0:
+            dist.barrier()
+        if other and rank == 0:
+            dist.barrier()
+    """) == [11, 13]

@@ -76,7 +76,18 @@ class RankGuard:
         if self.equivalent is not None:
             test, holds = self.equivalent
             return test, holds if self.branch == GUARD_BODY else not holds
-        test, holds = self.node.test, self.branch == GUARD_BODY
+        return self._folded(self.node.test, self.branch == GUARD_BODY)
+
+    def conjuncts(self) -> frozenset[tuple[str, bool]]:
+        """What the code under the guard knows, part by part, each folded as `condition` folds a test:
+        the body of `if world_size > 1 and rank != 0:` knows `world_size > 1` and not `rank == 0`. A test
+        that does not split so (`a and b` where it fails) is one part, its `condition`."""
+        if not type(self.node) is cst.If or self.equivalent is not None:
+            return frozenset({self.condition()})
+        return frozenset(self._folded(part, holds) for part, holds in parts_that_hold(self.node.test, self.branch == GUARD_BODY)
+                         if not (type(part) is cst.BooleanOperation and type(part.operator) is (cst.And if holds else cst.Or)))
+
+    def _folded(self, test: cst.CSTNode, holds: bool) -> tuple[str, bool]:
         while type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
             test, holds = test.expression, not holds
         if type(test) is cst.Comparison and len(test.comparisons) == 1 and _is_not_zero(test.comparisons[0]):
