@@ -616,3 +616,24 @@ def test_rank_zero_goes_first_with_a_test_shared_by_both_guards():
         if other and rank == 0:
             dist.barrier()
     """) == [11, 13]
+
+
+def test_a_full_state_dict_of_a_module_built_here_and_never_sharded_gathers_nothing():
+    """templar: on rank 0 only, `ref = Llama(args)` (a plain reference model) and `get_model_state_dict(ref,
+    full_state_dict=True)`: its tensors are plain, no other rank takes part (both ranks finish on
+    gloo). Near misses: the sharded model, a module that arrives as a parameter, and one handed to
+    code the run cannot see."""
+    assert lines("""
+    import torch.nn as nn
+    def build(model, given):
+        fully_shard(model)
+        options = StateDictOptions(full_state_dict=True)
+        if dist.get_rank() == 0:
+            ref = nn.Sequential(nn.Linear(2, 2))
+            get_model_state_dict(ref, options=options)
+            get_model_state_dict(model, options=options)
+            get_model_state_dict(given, options=options)
+            other = nn.Sequential(nn.Linear(2, 2))
+            prepare(other)
+            get_model_state_dict(other, options=options)
+    """) == [9, 10, 13]

@@ -244,7 +244,7 @@ class Flow:
         """The name of the collective `event` is (every rank of the group must reach it), else None.
 
         Process-group collectives, `dcp.save/load/async_save`, the state-dict helpers with a full state
-        dict, `DTensor.full_tensor()`, FSDP1's `summon_full_params`/`full_optim_state_dict` and its
+        dict (of a module that may be sharded where they run), `DTensor.full_tensor()`, FSDP1's `summon_full_params`/`full_optim_state_dict` and its
         `state_dict()` under FULL_STATE_DICT (its default), `unshard()` and a forward of a sharded module.
         """
         if event.kind == CALL and event.qname:
@@ -252,7 +252,7 @@ class Flow:
             if distributed.is_process_group_collective(event.qname) or distributed.is_dcp_collective(event.qname) or distributed.is_fsdp1_collective(event.qname):
                 return name
             if distributed.is_state_dict_helper(event.qname) and self.state_dict_options(event) & distributed.COLLECTIVE_STATE_DICT_OPTIONS:
-                return None if self.sharded_only_after(event) else name
+                return None if self.sharded_only_after(event) or self._plain_module(event) else name
             return None
         if event.kind == METHOD and event.target is not None:
             if event.method == "full_tensor" and self.isinstance_known(event, event.target, distributed.DTENSOR_CLASSES, ("full_tensor",)):
@@ -283,6 +283,19 @@ class Flow:
             return False
         return any(event.index < shard.index and any(module.is_within(target) or target.is_within(module) for target in shard.targets)
                    for shard in self.shard_events())
+
+    def _plain_module(self, event: Event) -> bool:
+        """The module a state-dict helper is given was constructed in this flow (`ref = Llama(args)`,
+        a class called), and nothing shards it nor gets it from here before the helper runs (templar's
+        reference model on rank 0): its state dict holds plain tensors, gathered from no other rank."""
+        module = event.args[0].ref if event.args else None
+        if module is None or module.path or not self.has_local_provenance(module):
+            return False
+        made = self.origin(Value(ref=module), event.index)
+        constructed = made is not None and (made.kind == CALL_VALUE or made.kind == CALL and (made.qname or "").rsplit(".", 1)[-1][:1].isupper())
+        handed = any(ref.root == module.root for value in self.events[:event.index] if value.kind == CALL_VALUE for ref in value.arg_refs())
+        return (constructed and not handed and not self.escapes(module, 0, event.index)
+                and not any(module.is_within(target) or target.is_within(module) for shard in self.shard_events() for target in shard.targets))
 
     def _fsdp1_full_state_dict(self, event: Event) -> bool:
         """FSDP1's `state_dict()` gathers unless a `state_dict_type` context (or an earlier
