@@ -16,7 +16,9 @@ class DeviceContextAsStatement(Rule):
 
     ## Why is this bad?
     Both are context managers: they switch the device only inside a `with` block. Called as a
-    statement they build an object and drop it; the current device stays GPU 0. Every rank then
+    statement they build an object and drop it; the current device stays GPU 0. (Where the setter
+    was called with the same device just before, on every path, the line is only redundant: not
+    reported.) Every rank then
     works on GPU 0, and NCCL refuses the process group (`Duplicate GPU detected : rank 1 and rank 0
     both on CUDA device`) or the ranks share one GPU's memory.
 
@@ -61,6 +63,8 @@ class DeviceContextAsStatement(Rule):
                                           and statement.body[0].value is event.node):
                     continue
                 module = event.qname.rsplit(".", 1)[0]
+                if _already_set(flow, event, f"{module}.{setter}"):
+                    continue
                 func = event.node.func
                 if isinstance(func, cst.Attribute):
                     operations = [Replace(func, lambda node, setter=setter: node.with_changes(attr=cst.Name(setter)))]
@@ -71,3 +75,16 @@ class DeviceContextAsStatement(Rule):
                               f"`{code(event, event.node)}` is a context manager: alone on a line it sets no device{via(event)}; "
                               f"call `{setter_call}(...)`",
                               Fix(f"Call `{setter_call}`", safe=True, operations=operations), related=calls(flow, event))
+
+
+def _already_set(flow, event, setter: str) -> bool:
+    """The last call of `setter` before the statement, on every path to it, was given the same device
+    (the same variable, or the same literal): the device is set already (physicsnemo's
+    `torch.cuda.set_device(device)` then `torch.cuda.device(device)`)."""
+    from fsdplint.model import CALL
+
+    earlier = [other for other in flow.of_kind(CALL) if other.index < event.index and other.qname == setter and not other.exclusive(event)]
+    if not earlier or not earlier[-1].on_every_path_to(event) or not earlier[-1].args or not event.args:
+        return False
+    set_to, meant = earlier[-1].args[0], event.args[0]
+    return set_to.ref is not None and set_to.ref == meant.ref or set_to.constant is not None and set_to.constant == meant.constant

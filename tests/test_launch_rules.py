@@ -583,3 +583,22 @@ def test_a_method_that_destroys_the_group_in_a_file_parsed_only_as_a_callee(tmp_
     assert [d.code for d in check_paths([tmp_path], select=["FSDP304"])] == []
     (tmp_path / "trainer.py").write_text((tmp_path / "trainer.py").read_text().replace("def close", "def shutdown"))
     assert [(d.path.endswith("train.py"), d.code) for d in check_paths([tmp_path], select=["FSDP304"])] == [(True, "FSDP304")]
+
+
+def test_a_device_context_line_after_the_same_device_was_set_is_only_redundant():
+    """physicsnemo: `torch.cuda.set_device(device)` then `torch.cuda.device(device)`: the device is set.
+    Near misses: another device set before, and the setter in one arm of an `if` only."""
+    assert codes("""
+    import torch
+    import torch.distributed as dist
+    def same(device):
+        torch.cuda.set_device(device)
+        torch.cuda.device(device)
+    def other(device, fallback):
+        torch.cuda.set_device(fallback)
+        torch.cuda.device(device)
+    def one_arm(device, flag):
+        if flag:
+            torch.cuda.set_device(device)
+        torch.cuda.device(device)
+    """) == [(9, "FSDP305"), (13, "FSDP305")]
