@@ -1415,3 +1415,29 @@ def test_a_module_init_keeps_wrapped_in_an_attribute_is_that_wrap_in_every_other
     step = flow_of(program, "Trainer.step")
     uses = [event for event in step.events if event.kind == model.METHOD and event.method == "parameters"]
     assert [step.sharding_of(event.target, event.index, fsdp=1) is not None for event in uses] == [True, False, False, False]
+
+
+def test_isinstance_of_fsdp_is_false_for_a_module_the_flow_built_and_never_sharded():
+    """physicsnemo: `is_distributed = isinstance(model, FSDPModule)` of a plain `nn.Linear` handed to
+    the helper: false, and `if is_distributed:` takes no branch. Near misses: the same module once
+    sharded, a module that arrives as a parameter, and one handed to code the run cannot see."""
+    program = program_of("""
+    import torch.nn as nn
+    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel as FSDP, fully_shard
+
+    def check(model):
+        return isinstance(model, (FSDP, FSDPModule))
+
+    def main(given):
+        plain = nn.Linear(2, 2)
+        log(check(plain))
+        log(check(given))
+        handed = nn.Linear(2, 2)
+        prepare(handed)
+        log(check(handed))
+        sharded = nn.Linear(2, 2)
+        fully_shard(sharded)
+        log(check(sharded))
+    """)
+    logged = [event for event in flow_of(program, "main").events if type(event.node) is cst.Call and model.dotted_name(event.node.func) == "log"]
+    assert [event.args[0].always_false for event in logged] == [True, False, False, False]

@@ -111,6 +111,9 @@ class Flow:
         self.writes: list[tuple[Write, object, object]] = []  # every write to the tables above, in order
         self.attempted: list[tuple[int, int]] = []  # the functions (node ids) the walk came to call, followed or not, and from which depth
         self.consulted: list[str] = []  # the variables whose maker a walk looked up (what built them: `origin`, `constructed`)
+        # Times a walk read what the flow had done to a caller's module (`plain_module`), which no
+        # calling context records: such a walk is never copied into another call.
+        self.read_flow_state = 0
         self.walked: list[int] = []  # the functions (node ids) whose bodies the walk followed where it calls them
 
     def done_walking(self) -> None:
@@ -252,7 +255,8 @@ class Flow:
             if distributed.is_process_group_collective(event.qname) or distributed.is_dcp_collective(event.qname) or distributed.is_fsdp1_collective(event.qname):
                 return name
             if distributed.is_state_dict_helper(event.qname) and self.state_dict_options(event) & distributed.COLLECTIVE_STATE_DICT_OPTIONS:
-                return None if self.sharded_only_after(event) or self._plain_module(event) else name
+                module = event.args[0].ref if event.args else None
+                return None if self.sharded_only_after(event) or module is not None and self.plain_module(module, event.index) else name
             return None
         if event.kind == METHOD and event.target is not None:
             if event.method == "full_tensor" and self.isinstance_known(event, event.target, distributed.DTENSOR_CLASSES, ("full_tensor",)):
@@ -284,18 +288,18 @@ class Flow:
         return any(event.index < shard.index and any(module.is_within(target) or target.is_within(module) for target in shard.targets)
                    for shard in self.shard_events())
 
-    def _plain_module(self, event: Event) -> bool:
-        """The module a state-dict helper is given was constructed in this flow (`ref = Llama(args)`,
-        a class called), and nothing shards it nor gets it from here before the helper runs (templar's
-        reference model on rank 0): its state dict holds plain tensors, gathered from no other rank."""
-        module = event.args[0].ref if event.args else None
-        if module is None or module.path or not self.has_local_provenance(module):
+    def plain_module(self, module: Ref, before: int) -> bool:
+        """Before event `before`, `module` is a module this flow constructed (`ref = Llama(args)`, a
+        class called) that nothing has sharded, wrapped or been handed: not an FSDP module, and its
+        state dict holds plain tensors (templar's reference model on rank 0)."""
+        if module.path or not self.has_local_provenance(module):
             return False
-        made = self.origin(Value(ref=module), event.index)
+        made = self.origin(Value(ref=module), before)
         constructed = made is not None and (made.kind == CALL_VALUE or made.kind == CALL and (made.qname or "").rsplit(".", 1)[-1][:1].isupper())
-        handed = any(ref.root == module.root for value in self.events[:event.index] if value.kind == CALL_VALUE for ref in value.arg_refs())
-        return (constructed and not handed and not self.escapes(module, 0, event.index)
-                and not any(module.is_within(target) or target.is_within(module) for shard in self.shard_events() for target in shard.targets))
+        handed = any(ref.root == module.root for value in self.events[:before] if value.kind == CALL_VALUE for ref in value.arg_refs())
+        return (constructed and not handed and not self.escapes(module, 0, before)
+                and not any(module.is_within(target) or target.is_within(module) for shard in self.shard_events() if shard.index < before
+                            for target in shard.targets))
 
     def _fsdp1_full_state_dict(self, event: Event) -> bool:
         """FSDP1's `state_dict()` gathers unless a `state_dict_type` context (or an earlier

@@ -8,6 +8,7 @@ import libcst as cst
 
 FULLY_SHARD = "torch.distributed.fsdp.fully_shard"
 FSDP1_WRAPPER = "torch.distributed.fsdp.FullyShardedDataParallel"
+FSDP_CLASSES = frozenset({FSDP1_WRAPPER, "torch.distributed.fsdp.FSDPModule"})  # what a sharded or wrapped module is an instance of
 
 # Private and historical module paths that re-export the public FSDP objects.
 _CANONICAL_PREFIXES = (

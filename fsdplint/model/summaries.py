@@ -335,13 +335,14 @@ def walk_body(walker, caller_stack: tuple[int, ...], around: Surroundings, call_
             except Unmappable:
                 break
     start, loops, writes, steps, versions = len(flow.events), len(flow.loops), len(flow.writes), flow.steps, flow.versions
-    attempted, consulted, walked = len(flow.attempted), len(flow.consulted), len(flow.walked)
+    attempted, consulted, walked, read_state = len(flow.attempted), len(flow.consulted), len(flow.walked), flow.read_flow_state
     walker.walk_suite(callee.node.body, ())
     events = flow.events[start:]
     calls = frozenset((function, depth - walker.depth) for function, depth in flow.attempted[attempted:])
     positions = {root: position for position, root in enumerate(context.roots)}
     read = set(flow.consulted[consulted:])
-    makers = None if any(root not in positions and _renamed(root, call_id, program.last_call_id, 0) is None for root in read) else \
+    makers = None if flow.read_flow_state != read_state or any(root not in positions and _renamed(root, call_id, program.last_call_id, 0) is None
+                                                              for root in read) else \
         tuple((positions[root], maker(flow, root, start)) for root in sorted(read, key=str) if root in positions)
     summaries.append(Summary(
         context, around, call_id, program.last_call_id, start, events, [event.targets for event in events],

@@ -38,6 +38,7 @@ from fsdplint.model.names import (
     BUILTINS,
     CONSTANTS,
     FSDP1_WRAPPER,
+    FSDP_CLASSES,
     FULLY_SHARD,
     dotted_name,
 )
@@ -541,7 +542,7 @@ class Walker:
                           rank=value.rank, constant=constant, literal=value.constant, rank_test=value.rank_test, visits=value.visits,
                           callees=value.callees, table=value.table, entries=value.entries, built_by=value.built_by, rank_derived=value.rank_derived,
                           world_size=value.world_size, text=value.text if once else None, run_test=value.run_test,
-                          dtypes=value.dtypes if once else None)
+                          dtypes=value.dtypes if once else None, always_false=value.always_false and once)
             if root and value.built_by:
                 self.flow.write(Write.INSTANCE, root, value.built_by)
         self.env[key] = bound
@@ -923,6 +924,8 @@ class Walker:
             # `TinyLM(...)`: a name of no function of the run, nor imported: a class of the file, by its name.
             return Value(event=self.emit(CALL_VALUE, node, targets=(callee_ref,), **common), built_by=func.value if type(func) is cst.Name else None)
         event = self.emit(CALL, node, **{**common, "qname": qname or dotted_name(func)})
+        if qname is None and type(func) is cst.Name and func.value == "isinstance" and self.never_fsdp(node, args):
+            return Value(event=event, always_false=True)  # physicsnemo: `is_distributed = isinstance(model, FSDPModule)` of a plain model
         taken = self.attribute_taken(node, args) if qname is None and type(func) is cst.Name and func.value == "getattr" else None
         if taken is not None:
             return Value(ref=taken, event=event)
@@ -932,6 +935,18 @@ class Walker:
         return Value(event=event, params_of=flowing if qname is None else NO_REFS, rank=rank_of_call(qname, func, node, args), built_by=built_by,
                      constant="None" if qname in distributed.RETURNS_NONE else None,
                      rank_derived=rank_derived_of_call(qname, func, node, args), world_size=world_size_of_call(qname, func, node, args))
+
+    def never_fsdp(self, node: cst.Call, args: tuple[Value, ...]) -> bool:
+        """`isinstance(model, FSDPModule)` (or `FullyShardedDataParallel`, or a tuple of them) of a module
+        the flow constructed and has not sharded, wrapped or handed to code it cannot see."""
+        if len(args) != 2 or len(node.args) != 2 or args[0].ref is None:
+            return False
+        classes = node.args[1].value
+        names = [element.value for element in classes.elements] if type(classes) is cst.Tuple else [classes]
+        if not all(self.file.qualify(name) in FSDP_CLASSES for name in names):
+            return False
+        self.flow.read_flow_state += 1
+        return self.flow.plain_module(args[0].ref, len(self.flow.events))
 
     @staticmethod
     def attribute_taken(node: cst.Call, args: tuple[Value, ...]) -> Ref | None:
