@@ -637,3 +637,39 @@ def test_a_full_state_dict_of_a_module_built_here_and_never_sharded_gathers_noth
             prepare(other)
             get_model_state_dict(other, options=options)
     """) == [9, 10, 13]
+
+
+def test_a_collective_under_a_test_of_whether_the_module_is_sharded_adapts_to_what_it_is_given():
+    """physicsnemo's checkpoint helper: `is_distributed = any(_is_distributed_model(m) for m in models)`,
+    true for FSDP models only, then `if is_distributed: barrier()`; rank 0 calls it with a model the run
+    cannot see: the barrier runs only where that model is sharded, which is not known. Near misses:
+    the same helper given a model this flow shards, and a type test outside the rank guard."""
+    assert lines("""
+    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel as FSDP
+    from torch.distributed.tensor import DTensor
+
+    def is_distributed_model(model):
+        if isinstance(model, (FSDP, FSDPModule)):
+            return True
+        return any(isinstance(p, DTensor) for p in model.parameters())
+
+    def save(models):
+        is_distributed = False
+        if models:
+            is_distributed = any(is_distributed_model(m) for m in models)
+        if is_distributed:
+            dist.barrier()
+
+    def main(model, sharded):
+        fully_shard(sharded)
+        if dist.get_rank() == 0:
+            save([model])
+            save_one(sharded)
+        if isinstance(model, FSDPModule):
+            if dist.get_rank() == 0:
+                dist.barrier()
+
+    def save_one(model):
+        if isinstance(model, FSDPModule):
+            dist.barrier()
+    """) == [21, 24]

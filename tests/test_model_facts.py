@@ -1113,7 +1113,7 @@ def _value_with_every_field_set() -> model.Value:
         table=(function("g"),), entries=(("lr", model.Value(ref=model.Ref("y"))),), rank=model.Rank(model.GLOBAL_RANK), constant="True", literal="True",
         rank_test=model.RankTest(True, True), always_false=True, element=model.Element(caller, "0", ()), each_of=caller,
         built_by="Model", rank_derived=model.RANK_NUMBER, world_size=True, run_test=True, text="cuda",
-        dtypes=frozenset({"torch.float16"}))
+        dtypes=frozenset({"torch.float16"}), type_test=True)
 
 
 def test_a_calling_contexts_shape_and_a_copied_walk_keep_every_field_of_a_value():

@@ -77,6 +77,7 @@ class Write(enum.Enum):
     DERIVED_MORE = enum.auto()  # derived_from[root] |= roots
     READS_RANK = enum.auto()  # reads_rank = True
     ASSERTED_RANK = enum.auto()  # asserted_ranks.add(scope)
+    TYPE_TESTED = enum.auto()  # type_tested.add(id of an `if` whose test is a Value.type_test)
 
 
 class Flow:
@@ -108,6 +109,9 @@ class Flow:
         self.reads_rank = False  # the walk evaluated this process's rank (`dist.get_rank()`, `self.rank`, `RANK`)
         # `assert local_rank == 0`: the run goes on only where the rank of this scope is that one (one process per node)
         self.asserted_ranks: set[RankScope] = set()
+        # The `if`s (node ids) whose test is whether a module or tensor is sharded (Value.type_test): code
+        # under them adapts to what it is given (physicsnemo's checkpoint helpers barrier only for FSDP models).
+        self.type_tested: set[int] = set()
         self.writes: list[tuple[Write, object, object]] = []  # every write to the tables above, in order
         self.attempted: list[tuple[int, int]] = []  # the functions (node ids) the walk came to call, followed or not, and from which depth
         self.consulted: list[str] = []  # the variables whose maker a walk looked up (what built them: `origin`, `constructed`)
@@ -143,6 +147,8 @@ class Flow:
             self.reads_rank = True
         elif kind is Write.ASSERTED_RANK:
             self.asserted_ranks.add(key)
+        elif kind is Write.TYPE_TESTED:
+            self.type_tested.add(key)
         self.writes.append((kind, key, value))
 
     @property

@@ -129,7 +129,7 @@ class _Shaper:
                 given.constant, given.literal, given.rank_test, given.always_false,
                 (ref(element.container), element.index, element.arms) if element else None, ref(given.each_of), given.built_by,
                 given.rank_derived, given.world_size, given.text, given.run_test,
-                None if given.entries is None else tuple((key, self.value(entry)) for key, entry in given.entries), given.dtypes)
+                None if given.entries is None else tuple((key, self.value(entry)) for key, entry in given.entries), given.dtypes, given.type_test)
 
 
 def maker(flow: Flow, root: str, before: int) -> tuple:
@@ -287,7 +287,7 @@ class Copier:
                      event=self.event(value.event), elements=self.each(value.elements), visits=self.each(value.visits), callees=value.callees,
                      table=value.table, rank=value.rank, constant=value.constant, literal=value.literal, rank_test=value.rank_test,
                      always_false=value.always_false, each_of=self.ref(value.each_of), built_by=value.built_by, rank_derived=value.rank_derived,
-                     world_size=value.world_size, text=value.text, run_test=value.run_test, dtypes=value.dtypes,
+                     world_size=value.world_size, text=value.text, run_test=value.run_test, dtypes=value.dtypes, type_test=value.type_test,
                      entries=None if value.entries is None else tuple((key, self.value(entry)) for key, entry in value.entries),
                      element=Element(self.ref(element.container), element.index, self.arms(element.arms) if element.arms else ()) if element else None)
         self.values[id(value)] = copy

@@ -154,6 +154,9 @@ class Value:
     text: str | None = None
     # The torch dtypes it is one of (`torch.float16`; `{"fp16": torch.float16, ...}[name]`), where it is known to be one.
     dtypes: frozenset[str] | None = None
+    # A test of whether a module or tensor is sharded (`isinstance(model, FSDPModule)`, `isinstance(p,
+    # DTensor)`), or computed from one: it holds where the object is one, which the model does not know.
+    type_test: bool = False
 
 
 # In a Value's text, a part whose text is not known: no address or name holds it, so that

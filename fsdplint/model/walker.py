@@ -145,6 +145,7 @@ class Walker:
         self.stack = stack + ((id(function.node),) if function else ())
         self.returned = Value()
         self.returns = 0  # `return` statements with a value walked so far
+        self.type_tests = 0  # the bodies of `if`s on a Value.type_test the walk is in
         self.spread: tuple[cst.Call, dict[str, Value]] | None = None  # the call being made and the keywords its `**` dicts give
         # Every path through the statement just walked leaves the block (an `if` whose test is known
         # and whose arm taken returns, both arms raising): the rest of the block does not run.
@@ -249,7 +250,8 @@ class Walker:
                 continue
             derived, sizes = {value.rank_derived for value in values}, {value.world_size for value in values}
             joined[key] = Value(ref=ref, rank=ranks.pop() if len(ranks) == 1 else None, rank_test=tests.pop() if len(tests) == 1 else None,
-                                rank_derived=derived.pop() if len(derived) == 1 else None, world_size=sizes == {True})
+                                rank_derived=derived.pop() if len(derived) == 1 else None, world_size=sizes == {True},
+                                type_test=any(value.type_test for value in values))
         return joined
 
     def read_rank(self, reads: bool) -> None:
@@ -293,10 +295,14 @@ class Walker:
             value = self.expr(node.test, node, parents)
             truth = False if value.always_false else self.static_truth(node.test)
             test = value.rank_test
+            if value.type_test:
+                self.flow.write(Write.TYPE_TESTED, id(node))
 
             def body() -> None:
                 with self.guarded(node, GUARD_BODY, test, bool(test and test.when_true)):
+                    self.type_tests += value.type_test
                     self.walk_suite(node.body, inner)
+                    self.type_tests -= value.type_test
 
             def orelse() -> None:
                 if node.orelse is None:
@@ -483,6 +489,8 @@ class Walker:
             self.expr(node.value, statement, parents)
         elif type(node) is cst.Return and node.value is not None:
             value = self.expr(node.value, statement, parents)
+            if self.type_tests and not value.type_test:
+                value = replace(value, type_test=True)  # `if isinstance(model, FSDP): return True`: the result says what the model is
             self.returned = _returned_on_either_path(self.returned, value) if self.returns else value
             self.returns += 1
         elif type(node) is cst.Assert:
@@ -542,7 +550,7 @@ class Walker:
                           rank=value.rank, constant=constant, literal=value.constant, rank_test=value.rank_test, visits=value.visits,
                           callees=value.callees, table=value.table, entries=value.entries, built_by=value.built_by, rank_derived=value.rank_derived,
                           world_size=value.world_size, text=value.text if once else None, run_test=value.run_test,
-                          dtypes=value.dtypes if once else None, always_false=value.always_false and once)
+                          dtypes=value.dtypes if once else None, always_false=value.always_false and once, type_test=value.type_test)
             if root and value.built_by:
                 self.flow.write(Write.INSTANCE, root, value.built_by)
         self.env[key] = bound
@@ -717,7 +725,7 @@ class Walker:
                 rank_test = left.rank_test or right.rank_test
             else:
                 rank_test = RankTest.combine(operator, left.rank_test, right.rank_test)
-            return Value(ref=either, params_of=refs_of((left, right)), rank_test=rank_test)
+            return Value(ref=either, params_of=refs_of((left, right)), rank_test=rank_test, type_test=left.type_test or right.type_test)
         if type(node) is cst.IfExp:
             test, body, orelse = (self.expr(part, statement, parents) for part in (node.test, node.body, node.orelse))
             truth = False if test.always_false else self.static_truth(node.test)
@@ -728,7 +736,7 @@ class Walker:
                                                     dtypes=body.dtypes | orelse.dtypes if body.dtypes and orelse.dtypes else None)
         if type(node) is cst.UnaryOperation and type(node.operator) is cst.Not:
             operand = self.expr(node.expression, statement, parents)
-            return Value(rank_test=operand.rank_test.negated() if operand.rank_test else None, run_test=operand.run_test)
+            return Value(rank_test=operand.rank_test.negated() if operand.rank_test else None, run_test=operand.run_test, type_test=operand.type_test)
         if type(node) in (cst.Tuple, cst.List):
             elements = tuple(self.expr(element.value, statement, parents) for element in node.elements)
             params = refs_of(elements)
@@ -816,7 +824,7 @@ class Walker:
         values = [self.expr(part, statement, parents) for part in parts]
         params = refs_of(values)
         # `[m for m in model.layers if ...]` still iterates sub-modules of `model`.
-        return Value(params_of=params, iterates=_common_ref([value.ref for value in values]))
+        return Value(params_of=params, iterates=_common_ref([value.ref for value in values]), type_test=any(value.type_test for value in values))
 
     def call(self, node: cst.Call, statement: cst.CSTNode, parents: tuple, with_item: bool) -> Value:
         value = self.rank_meaning(node, self._call(node, statement, parents, with_item))
@@ -924,8 +932,15 @@ class Walker:
             # `TinyLM(...)`: a name of no function of the run, nor imported: a class of the file, by its name.
             return Value(event=self.emit(CALL_VALUE, node, targets=(callee_ref,), **common), built_by=func.value if type(func) is cst.Name else None)
         event = self.emit(CALL, node, **{**common, "qname": qname or dotted_name(func)})
-        if qname is None and type(func) is cst.Name and func.value == "isinstance" and self.never_fsdp(node, args):
-            return Value(event=event, always_false=True)  # physicsnemo: `is_distributed = isinstance(model, FSDPModule)` of a plain model
+        if qname is None and type(func) is cst.Name and func.value == "isinstance" and self.tests_sharding(node):
+            if self.never_fsdp(node, args):
+                return Value(event=event, always_false=True)  # physicsnemo: `is_distributed = isinstance(model, FSDPModule)` of a plain model
+            # Of a module this flow shards it holds, as far as the model knows; of anything else it is not known.
+            self.flow.read_flow_state += 1
+            sharded = bool(args) and args[0].ref is not None and self.flow.sharding_of(args[0].ref, len(self.flow.events), fsdp=None) is not None
+            return Value(event=event, params_of=flowing, type_test=not sharded)
+        if qname is None and type(func) is cst.Name and func.value in ("any", "all") and len(args) == 1 and args[0].type_test:
+            return Value(event=event, type_test=True)  # `any(isinstance(p, DTensor) for p in model.parameters())`
         taken = self.attribute_taken(node, args) if qname is None and type(func) is cst.Name and func.value == "getattr" else None
         if taken is not None:
             return Value(ref=taken, event=event)
@@ -936,10 +951,18 @@ class Walker:
                      constant="None" if qname in distributed.RETURNS_NONE else None,
                      rank_derived=rank_derived_of_call(qname, func, node, args), world_size=world_size_of_call(qname, func, node, args))
 
+    def tests_sharding(self, node: cst.Call) -> bool:
+        """`isinstance(x, C)` where C (or each class of a tuple) is an FSDP module class or DTensor."""
+        if len(node.args) != 2:
+            return False
+        classes = node.args[1].value
+        names = [element.value for element in classes.elements] if type(classes) is cst.Tuple else [classes]
+        return all(self.file.qualify(name) in FSDP_CLASSES or self.file.qualify(name) in distributed.DTENSOR_CLASSES for name in names)
+
     def never_fsdp(self, node: cst.Call, args: tuple[Value, ...]) -> bool:
         """`isinstance(model, FSDPModule)` (or `FullyShardedDataParallel`, or a tuple of them) of a module
         the flow constructed and has not sharded, wrapped or handed to code it cannot see."""
-        if len(args) != 2 or len(node.args) != 2 or args[0].ref is None:
+        if len(args) != 2 or args[0].ref is None:
             return False
         classes = node.args[1].value
         names = [element.value for element in classes.elements] if type(classes) is cst.Tuple else [classes]
@@ -1152,7 +1175,9 @@ def _returned_on_either_path(earlier: Value, later: Value) -> Value:
         return earlier
     # `return getattr(m, "embed_tokens")` then `return None`
     chosen, other = (earlier, later) if later.constant == "None" and earlier.ref is not None else (later, earlier)
-    return _same_on_both(chosen, other)
+    both = _same_on_both(chosen, other)
+    # One return under a test of what the object is (`if isinstance(m, FSDP): return True` ... `return False`): so is the result.
+    return replace(both, type_test=True) if other.type_test and not both.type_test else both
 
 
 def _same_on_both(chosen: Value, other: Value) -> Value:
