@@ -73,7 +73,7 @@ class CollectiveOnSomeRanks(Rule):
             # with the same other parts of the test (`if world_size > 1 and rank != 0:` ... `and rank == 0`).
             reaching = {guard.conjuncts() for event, _ in collectives for guard in event.rank_guards}
             for event, name in collectives:
-                guard = next((g for g in reversed(event.rank_guards) if not _complemented(g, reaching) and not _adapts_to_its_module(flow, event, g)
+                guard = next((g for g in reversed(event.rank_guards) if not _complemented(g, reaching)
                               and not any(_in_other_branch(other, g) for other, _ in every)
                               and not _other_arm_calls_unseen_code(flow, event, g)), None)
                 if guard is not None:
@@ -99,21 +99,6 @@ class CollectiveOnSomeRanks(Rule):
                        f"`{call}` {where} {reached} on some ranks only: the other ranks never join and it hangs; "
                        f"call it on every rank and keep only the rank-0 work (the file write) under the guard",
                        related=() if direct else (at(event, f"`{name}` here"), *calls(flow, event, below=node)))
-
-
-def _adapts_to_its_module(flow, event, guard) -> bool:
-    """Inside the guard, an `if` on whether a module or tensor is sharded holds the collective
-    (physicsnemo's checkpoint helper: `if is_distributed: barrier()`, with `is_distributed` true for FSDP
-    models only, called on rank 0 with a plain model): it runs only where the object is sharded, which
-    the model does not know. (An `if` on that outside the guard is no excuse: the code knows it is sharded.)"""
-    import libcst as cst
-
-    from fsdplint.model.syntax import holds_statement
-
-    path = event.outer + event.parents + (event.statement,)
-    start = next((position for position, node in enumerate(path) if node is guard.node), -1)
-    return any(type(node) is cst.If and id(node) in flow.type_tested and position > start and holds_statement(node.body, inner)
-               for position, (node, inner) in enumerate(zip(path, path[1:])))
 
 
 def _complemented(guard, reaching: set[frozenset[tuple[str, bool]]]) -> bool:

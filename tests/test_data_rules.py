@@ -166,3 +166,25 @@ def test_an_epoch_loop_the_call_makes_run_once_needs_no_new_order():
     assert lines(source.format(count=1, shuffle="True"), "FSDP311") == []
     assert lines(source.format(count=3, shuffle="True"), "FSDP311") == [3]
     assert lines(source.format(count=3, shuffle="flag"), "FSDP311") == []  # not known to shuffle
+
+
+def test_a_loop_over_a_rank_part_reaches_no_collective_that_runs_only_for_sharded_modules():
+    """physicsnemo's inference loop over `runs[rank::world_size]` calls `load_checkpoint`, whose
+    collectives run `if is_distributed:` (any of the models an FSDP module), here of a model the run
+    cannot see: not known to run. Near miss: a barrier in the loop itself."""
+    source = """
+    from torch.distributed.fsdp import FSDPModule
+
+    def load(models):
+        is_distributed = any(isinstance(m, FSDPModule) for m in models)
+        if is_distributed:
+            dist.barrier()
+
+    def main(runs, model):
+        rank, world = dist.get_rank(), dist.get_world_size()
+        for run in runs[rank::world]:
+            load([model])
+        for run in runs[rank::world]:
+            dist.barrier()
+    """
+    assert lines(source, "FSDP308") == [13]

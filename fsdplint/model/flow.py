@@ -21,7 +21,7 @@ from fsdplint.model.events import (
     EventKind,
 )
 from fsdplint.model.names import BUILTINS
-from fsdplint.model.syntax import parts_that_hold, string_value
+from fsdplint.model.syntax import holds_statement, parts_that_hold, string_value
 from fsdplint.model.values import RankScope, Ref, Value
 
 if TYPE_CHECKING:
@@ -255,7 +255,12 @@ class Flow:
         Process-group collectives, `dcp.save/load/async_save`, the state-dict helpers with a full state
         dict (of a module that may be sharded where they run), `DTensor.full_tensor()`, FSDP1's `summon_full_params`/`full_optim_state_dict` and its
         `state_dict()` under FULL_STATE_DICT (its default), `unshard()` and a forward of a sharded module.
+        Not one where it runs under an `if` on whether a module or tensor is sharded (`Value.type_test`):
+        it runs only where the object is, which is not known (physicsnemo's checkpoint helpers: `if
+        is_distributed: barrier()`, true for FSDP models only).
         """
+        if self.type_tested and self._under_type_test(event):
+            return None
         if event.kind == CALL and event.qname:
             name = event.qname.rsplit(".", 1)[-1]
             if distributed.is_process_group_collective(event.qname) or distributed.is_dcp_collective(event.qname) or distributed.is_fsdp1_collective(event.qname):
@@ -277,6 +282,10 @@ class Flow:
         if event.kind == CALL_VALUE and event.target is not None and self.sharding_of(event.target, event.index, fsdp=None, unit=True):
             return "forward"  # of the module sharded: calling a part of it (`get = module.method; get()`) runs no hook
         return None
+
+    def _under_type_test(self, event: Event) -> bool:
+        path = event.outer + event.parents + (event.statement,)
+        return any(type(node) is cst.If and id(node) in self.type_tested and holds_statement(node.body, inner) for node, inner in zip(path, path[1:]))
 
     def sharded_only_after(self, event: Event) -> bool:
         """The module a state-dict helper is given is sharded in this flow, or in the flow of the
