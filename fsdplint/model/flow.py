@@ -253,8 +253,9 @@ class Flow:
         """The name of the collective `event` is (every rank of the group must reach it), else None.
 
         Process-group collectives, `dcp.save/load/async_save`, the state-dict helpers with a full state
-        dict (of a module that may be sharded where they run), `DTensor.full_tensor()`, FSDP1's `summon_full_params`/`full_optim_state_dict` and its
-        `state_dict()` under FULL_STATE_DICT (its default), `unshard()` and a forward of a sharded module.
+        dict (of a module that may be sharded where they run), `DTensor.full_tensor()`, FSDP1's
+        `summon_full_params`/`full_optim_state_dict` and its `state_dict()` under FULL_STATE_DICT (its
+        default), `unshard()` and a forward of a sharded module.
         Not one where it runs under an `if` on whether a module or tensor is sharded (`Value.type_test`):
         it runs only where the object is, which is not known (physicsnemo's checkpoint helpers: `if
         is_distributed: barrier()`, true for FSDP models only).
