@@ -1441,3 +1441,20 @@ def test_isinstance_of_fsdp_is_false_for_a_module_the_flow_built_and_never_shard
     """)
     logged = [event for event in flow_of(program, "main").events if type(event.node) is cst.Call and model.dotted_name(event.node.func) == "log"]
     assert [event.args[0].always_false for event in logged] == [True, False, False, False]
+
+
+def test_a_method_that_asks_whether_an_attribute_is_sharded_while_the_run_is_walked():
+    """torchtitan, xtuner and 20 more: `isinstance(self.model, FSDPModule)` in a method asked what the
+    class shards before the program knew it, and the model of the whole group failed. Asked during the
+    walk, the class's shards are not known yet: the test is one the model cannot answer."""
+    program = program_of("""
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    class Trainer:
+        def __init__(self, model):
+            self.model = fully_shard(model)
+        def step(self):
+            if isinstance(self.model, FSDPModule):
+                self.model.reshard()
+    """)
+    assert flow_of(program, "Trainer.step").type_tested

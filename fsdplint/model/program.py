@@ -50,6 +50,10 @@ class Program:
         self._bound_counts: dict[int, tuple[cst.CSTNode, Counter[str]]] = {}
         self._resolved: dict[tuple[int, int, int], tuple[cst.CSTNode, FunctionInfo | None]] = {}
         self._walked_by_callers: set[int] = set()  # functions (node ids) whose bodies some function's flow followed
+        # Modules a class shards on `self` in any of its methods, and the modules its `__init__` keeps
+        # sharded in attributes of `self`, for its other methods: known once every flow is built (a walk
+        # that asks before, `isinstance(self.model, FSDPModule)`, finds none).
+        self.class_shards: dict[tuple[str, str], list[Event]] = {}
         for file in self.files:
             self._index(file)
         # The run's budget goes first to the files that mention FSDP, whose flows rules report on most;
@@ -83,9 +87,6 @@ class Program:
         # (and shortest "via" chain) is kept.
         self.flows = [flow for _, flow in sorted(function_flows, key=lambda pair: pair[0])] + \
             [flow for _, flow in sorted(module_flows, key=lambda pair: pair[0])]
-        # Modules a class shards on `self` in any of its methods, and the modules its `__init__` keeps
-        # sharded in attributes of `self`, for its other methods.
-        self.class_shards: dict[tuple[str, str], list[Event]] = {}
         for flow in self.flows:
             if flow.function and flow.function.class_name:
                 key = (flow.file.module_name, flow.function.class_name)
