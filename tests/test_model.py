@@ -462,7 +462,8 @@ def test_a_name_imported_from_another_package_is_not_the_runs_function_of_that_n
 def test_a_package_import_is_the_package_not_a_script_module_of_the_same_last_name(tmp_path: Path):
     """physicsnemo: `from physicsnemo.utils import save_checkpoint` (the package gathers a full state
     dict) was resolved to an example script's `utils.py` that saves a sharded one (FSDP201 there).
-    Near miss: a script beside that `utils.py` that imports it as `utils` still reaches it."""
+    Near miss: a script beside that `utils.py` that imports it as `utils` still reaches it, though a
+    top-level package `utils/` elsewhere defines the same name (multimodal's albef and mdetr)."""
     package = tmp_path / "physicsnemo" / "utils"
     package.mkdir(parents=True)
     (tmp_path / "physicsnemo" / "__init__.py").write_text("")
@@ -492,6 +493,12 @@ def test_a_package_import_is_the_package_not_a_script_module_of_the_same_last_na
         fully_shard(model)
         save_checkpoint("ckpt.pt", model)
     """)
+    for folder in (tmp_path / "examples", example):  # the script's `utils.py` is then `examples.xa.utils`
+        (folder / "__init__.py").write_text("")
+    other = tmp_path / "tools" / "utils"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("")
+    (other / "dist.py").write_text((package / "checkpoint.py").read_text())
     (tmp_path / "test_ckpt.py").write_text(train.format(module="physicsnemo.utils"))
     assert [d.code for d in check_paths([tmp_path], select=["FSDP201"])] == []
     (example / "train.py").write_text(train.format(module="utils"))

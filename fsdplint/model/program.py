@@ -185,7 +185,8 @@ class Program:
         waiting = [unparsed for unparsed in self._unparsed_by_name.get(name, ()) if id(unparsed) in self._unparsed and name in unparsed.top_level]
         if not waiting:
             return
-        same_module = [unparsed for unparsed in waiting if _may_define(unparsed.module_name, module) or unparsed.module_name.startswith(module + ".")]
+        same_module = [unparsed for unparsed in waiting if _may_define(unparsed.module_name, module)
+                       or "." in module and unparsed.module_name.startswith(module + ".")]
         parsed = [function for function in self._functions_by_name.get(name, ()) if function.qualname == name]
         for unparsed in same_module or (waiting if len(waiting) + len(parsed) == 1 else ()):
             self._parse(unparsed)
@@ -330,10 +331,11 @@ class Program:
         module = module.lstrip(".")
         self._parse_candidates(name, module)
         candidates = [f for f in self._functions_by_name.get(name, ()) if f.qualname == name]
-        # The module the import names, or a module of the package it names (re-exported by its
-        # `__init__`), before a module that only ends in the same name: `from physicsnemo.utils import
-        # save_checkpoint` is not an example script's `utils.py` when physicsnemo/utils/ defines it.
-        inside = [f for f in candidates if f.file.module_name == module or f.file.module_name.startswith(module + ".")]
+        # A package the import names by its dotted path: the module itself, or a module of that package
+        # (re-exported by its `__init__`), before a module that only ends in the same name: `from
+        # physicsnemo.utils import save_checkpoint` is not an example script's `utils.py`. (A bare `from
+        # utils import f` in a script is the `utils.py` beside it, below.)
+        inside = [f for f in candidates if f.file.module_name == module or f.file.module_name.startswith(module + ".")] if "." in module else []
         if len(inside) == 1:
             return inside[0]
         same_module = [f for f in candidates if _may_define(f.file.module_name, module)]
