@@ -115,14 +115,14 @@ class Flow:
         self.writes: list[tuple[Write, object, object]] = []  # every write to the tables above, in order
         self.attempted: list[tuple[int, int]] = []  # the functions (node ids) the walk came to call, followed or not, and from which depth
         self.consulted: list[str] = []  # the variables whose maker a walk looked up (what built them: `origin`, `constructed`)
-        # Times a walk read what the flow had done to a caller's module (`plain_module`), which no
-        # calling context records: such a walk is never copied into another call.
-        self.read_flow_state = 0
+        # The variables whose sharding a walk asked (`isinstance(model, FSDPModule)`): a walk is copied
+        # into another call only where they are alike (summaries.sharding_state).
+        self.asked_sharding: list[str] = []
         self.walked: list[int] = []  # the functions (node ids) whose bodies the walk followed where it calls them
 
     def done_walking(self) -> None:
         """Drops what only walks read (summaries keep their own part of it)."""
-        self.writes, self.attempted, self.consulted, self.walked = [], [], [], []
+        self.writes, self.attempted, self.consulted, self.walked, self.asked_sharding = [], [], [], [], []
 
     def write(self, kind: Write, key, value=None) -> None:
         """Writes to the tables above, and keeps the write for summaries to replay."""

@@ -139,6 +139,13 @@ def maker(flow: Flow, root: str, before: int) -> tuple:
     return (made.kind, type(made.node).__name__, dotted_name(getattr(made.node, "func", None))) if made else None, flow.constructed.get(root)
 
 
+def sharding_state(flow: Flow, root: str, before: int) -> tuple[bool, bool]:
+    """What a walk may read of whether a caller's variable is sharded: the flow shards it, or it is a
+    module the flow built and never sharded or handed on (`isinstance(model, FSDPModule)`)."""
+    ref = Ref(root)
+    return flow.sharding_of(ref, before, fsdp=None) is not None, flow.plain_module(ref, before)
+
+
 def _each(shape, values: tuple[Value, ...] | None) -> tuple | None:
     return None if values is None else tuple(shape(value) for value in values)
 
@@ -166,6 +173,7 @@ class Summary:
     versions: int
     returned: Value
     walked: tuple[int, ...]  # the functions whose bodies it followed (Flow.walked)
+    sharding_states: tuple[tuple[int, tuple[bool, bool]], ...]  # the caller's variables whose sharding it asked (by context position), and it
 
     def fits(self, flow: Flow, context: Context, stack: tuple[int, ...], depth: int, limit: int) -> bool:
         """The walk would be the same in this call: it stops at the same functions (the caller's stack
@@ -174,7 +182,8 @@ class Summary:
             return False
         if any((self.depth + below >= limit) != (depth + below >= limit) for _, below in self.calls):
             return False
-        return all(maker(flow, context.roots[position], len(flow.events)) == made for position, made in self.makers)
+        return all(maker(flow, context.roots[position], len(flow.events)) == made for position, made in self.makers) and \
+            all(sharding_state(flow, context.roots[position], len(flow.events)) == state for position, state in self.sharding_states)
 
 
 class Copier:
@@ -335,20 +344,20 @@ def walk_body(walker, caller_stack: tuple[int, ...], around: Surroundings, call_
             except Unmappable:
                 break
     start, loops, writes, steps, versions = len(flow.events), len(flow.loops), len(flow.writes), flow.steps, flow.versions
-    attempted, consulted, walked, read_state = len(flow.attempted), len(flow.consulted), len(flow.walked), flow.read_flow_state
+    attempted, consulted, walked, asked = len(flow.attempted), len(flow.consulted), len(flow.walked), len(flow.asked_sharding)
     walker.walk_suite(callee.node.body, ())
     events = flow.events[start:]
     calls = frozenset((function, depth - walker.depth) for function, depth in flow.attempted[attempted:])
     positions = {root: position for position, root in enumerate(context.roots)}
-    read = set(flow.consulted[consulted:])
-    makers = None if flow.read_flow_state != read_state or any(root not in positions and _renamed(root, call_id, program.last_call_id, 0) is None
-                                                              for root in read) else \
+    read, sharding = set(flow.consulted[consulted:]), set(flow.asked_sharding[asked:])
+    makers = None if any(root not in positions and _renamed(root, call_id, program.last_call_id, 0) is None for root in read | sharding) else \
         tuple((positions[root], maker(flow, root, start)) for root in sorted(read, key=str) if root in positions)
+    states = tuple((positions[root], sharding_state(flow, root, start)) for root in sorted(sharding, key=str) if root in positions)
     summaries.append(Summary(
         context, around, call_id, program.last_call_id, start, events, [event.targets for event in events],
         {position: event.binding for position, event in enumerate(events) if event.binding is not None}, flow.loops[loops:],
         flow.writes[writes:], calls, {function for function, _ in calls}.intersection(caller_stack), walker.depth, makers,
-        flow.steps - steps, flow.versions - versions, walker.returned, tuple(flow.walked[walked:])))
+        flow.steps - steps, flow.versions - versions, walker.returned, tuple(flow.walked[walked:]), states))
     return walker.returned
 
 

@@ -933,10 +933,11 @@ class Walker:
             return Value(event=self.emit(CALL_VALUE, node, targets=(callee_ref,), **common), built_by=func.value if type(func) is cst.Name else None)
         event = self.emit(CALL, node, **{**common, "qname": qname or dotted_name(func)})
         if qname is None and type(func) is cst.Name and func.value == "isinstance" and self.tests_sharding(node):
+            if args and args[0].ref is not None:
+                self.flow.asked_sharding.append(args[0].ref.root)
             if self.never_fsdp(node, args):
                 return Value(event=event, always_false=True)  # physicsnemo: `is_distributed = isinstance(model, FSDPModule)` of a plain model
             # Of a module this flow shards it holds, as far as the model knows; of anything else it is not known.
-            self.flow.read_flow_state += 1
             sharded = bool(args) and args[0].ref is not None and self.flow.sharding_of(args[0].ref, len(self.flow.events), fsdp=None) is not None
             return Value(event=event, params_of=flowing, type_test=not sharded)
         if qname is None and type(func) is cst.Name and func.value in ("any", "all") and len(args) == 1 and args[0].type_test:
@@ -968,7 +969,6 @@ class Walker:
         names = [element.value for element in classes.elements] if type(classes) is cst.Tuple else [classes]
         if not all(self.file.qualify(name) in FSDP_CLASSES for name in names):
             return False
-        self.flow.read_flow_state += 1
         return self.flow.plain_module(args[0].ref, len(self.flow.events))
 
     @staticmethod
