@@ -21,7 +21,7 @@ from fsdplint.model.events import (
     EventKind,
 )
 from fsdplint.model.names import BUILTINS
-from fsdplint.model.syntax import holds_statement, parts_that_hold, string_value
+from fsdplint.model.syntax import isinstance_classes, parts_that_hold, string_value
 from fsdplint.model.values import RankScope, Ref, Value
 
 if TYPE_CHECKING:
@@ -215,8 +215,7 @@ class Flow:
                 if type(second) is cst.SimpleString and string_value(second) in attributes:
                     return holds
                 continue
-            names = [element.value for element in second.elements] if type(second) is cst.Tuple else [second]
-            if any(self.file.qualify(name) in classes or check.file.qualify(name) in classes for name in names):
+            if any(self.file.qualify(name) in classes or check.file.qualify(name) in classes for name in isinstance_classes(check.node)):
                 return holds
         return None
 
@@ -285,8 +284,7 @@ class Flow:
         return None
 
     def _under_type_test(self, event: Event) -> bool:
-        path = event.outer + event.parents + (event.statement,)
-        return any(type(node) is cst.If and id(node) in self.type_tested and holds_statement(node.body, inner) for node, inner in zip(path, path[1:]))
+        return any(in_body and id(node) in self.type_tested for node, in_body in event.branches())
 
     def sharded_only_after(self, event: Event) -> bool:
         """The module a state-dict helper is given is sharded in this flow, or in the flow of the

@@ -234,6 +234,12 @@ def falsy_defaults(function: cst.FunctionDef) -> set[str]:
     return {p.name.value for p in params if type(p.default) is cst.Name and p.default.value in ("False", "None")}
 
 
+def isinstance_classes(call: cst.Call) -> list[cst.CSTNode]:
+    """The classes `isinstance(x, C)` or `isinstance(x, (C, D))` tests against, as written."""
+    classes = call.args[1].value
+    return [element.value for element in classes.elements] if type(classes) is cst.Tuple else [classes]
+
+
 def parts_that_hold(test: cst.CSTNode, holds: bool) -> Iterator[tuple[cst.CSTNode, bool]]:
     """The test and what follows of its parts where it has truth `holds`: `not` folded in, each part
     of `a and b` where it is true, of `a or b` where it is false."""

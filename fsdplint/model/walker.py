@@ -61,6 +61,7 @@ from fsdplint.model.syntax import (
     is_group_range,
     is_minus_one,
     is_sign_test,
+    isinstance_classes,
     literal_default,
     no_statements,
     patched_names,
@@ -932,14 +933,9 @@ class Walker:
             # `TinyLM(...)`: a name of no function of the run, nor imported: a class of the file, by its name.
             return Value(event=self.emit(CALL_VALUE, node, targets=(callee_ref,), **common), built_by=func.value if type(func) is cst.Name else None)
         event = self.emit(CALL, node, **{**common, "qname": qname or dotted_name(func)})
-        if qname is None and type(func) is cst.Name and func.value == "isinstance" and self.tests_sharding(node):
-            if args and args[0].ref is not None:
-                self.flow.asked_sharding.append(args[0].ref.root)
-            if self.never_fsdp(node, args):
-                return Value(event=event, always_false=True)  # physicsnemo: `is_distributed = isinstance(model, FSDPModule)` of a plain model
-            # Of a module this flow shards it holds, as far as the model knows; of anything else it is not known.
-            sharded = bool(args) and args[0].ref is not None and self.flow.sharding_of(args[0].ref, len(self.flow.events), fsdp=None) is not None
-            return Value(event=event, params_of=flowing, type_test=not sharded)
+        tested = self.sharding_test(node, args, event, flowing) if qname is None and type(func) is cst.Name and func.value == "isinstance" else None
+        if tested is not None:
+            return tested
         if qname is None and type(func) is cst.Name and func.value in ("any", "all") and len(args) == 1 and args[0].type_test:
             return Value(event=event, type_test=True)  # `any(isinstance(p, DTensor) for p in model.parameters())`
         taken = self.attribute_taken(node, args) if qname is None and type(func) is cst.Name and func.value == "getattr" else None
@@ -952,24 +948,24 @@ class Walker:
                      constant="None" if qname in distributed.RETURNS_NONE else None,
                      rank_derived=rank_derived_of_call(qname, func, node, args), world_size=world_size_of_call(qname, func, node, args))
 
-    def tests_sharding(self, node: cst.Call) -> bool:
-        """`isinstance(x, C)` where C (or each class of a tuple) is an FSDP module class or DTensor."""
+    def sharding_test(self, node: cst.Call, args: tuple[Value, ...], event: Event, flowing: frozenset[Ref]) -> Value | None:
+        """`isinstance(x, C)` where C (or each class of a tuple) is an FSDP module class or DTensor: false
+        of a module the flow constructed and has not sharded, wrapped or handed on (physicsnemo's
+        `is_distributed = isinstance(model, FSDPModule)` of a plain model); of a module the flow shards,
+        as far as the model knows, it holds; of anything else it is a test the model cannot answer
+        (`Value.type_test`). None for any other `isinstance`."""
         if len(node.args) != 2:
-            return False
-        classes = node.args[1].value
-        names = [element.value for element in classes.elements] if type(classes) is cst.Tuple else [classes]
-        return all(self.file.qualify(name) in FSDP_CLASSES or self.file.qualify(name) in distributed.DTENSOR_CLASSES for name in names)
-
-    def never_fsdp(self, node: cst.Call, args: tuple[Value, ...]) -> bool:
-        """`isinstance(model, FSDPModule)` (or `FullyShardedDataParallel`, or a tuple of them) of a module
-        the flow constructed and has not sharded, wrapped or handed to code it cannot see."""
-        if len(args) != 2 or args[0].ref is None:
-            return False
-        classes = node.args[1].value
-        names = [element.value for element in classes.elements] if type(classes) is cst.Tuple else [classes]
-        if not all(self.file.qualify(name) in FSDP_CLASSES for name in names):
-            return False
-        return self.flow.plain_module(args[0].ref, len(self.flow.events))
+            return None
+        classes = [self.file.qualify(name) for name in isinstance_classes(node)]
+        if not all(name in FSDP_CLASSES or name in distributed.DTENSOR_CLASSES for name in classes):
+            return None
+        ref = args[0].ref if args else None
+        if ref is None:
+            return Value(event=event, params_of=flowing, type_test=True)
+        self.flow.asked_sharding.append(ref.root)
+        if len(args) == 2 and all(name in FSDP_CLASSES for name in classes) and self.flow.plain_module(ref, len(self.flow.events)):
+            return Value(event=event, always_false=True)
+        return Value(event=event, params_of=flowing, type_test=self.flow.sharding_of(ref, len(self.flow.events), fsdp=None) is None)
 
     @staticmethod
     def attribute_taken(node: cst.Call, args: tuple[Value, ...]) -> Ref | None:
