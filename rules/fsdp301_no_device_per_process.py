@@ -63,12 +63,15 @@ class NoDevicePerProcess(Rule):
             if flow.asserted_ranks & {GLOBAL_RANK, LOCAL_RANK} or any(setting.variable == "CUDA_VISIBLE_DEVICES" for setting in flow.of_kind(SET_ENV)):
                 continue  # one process per node (`assert local_rank == 0`), or each process sees its own GPU
             events = list(flow.of_kind(CALL, METHOD))
+            inits = [event for event in events if event.qname == "torch.distributed.init_process_group"
+                     and "nccl" in (process_group_backend(event) or "") and not _single_process(event)]
+            if not inits:
+                continue
             choices = [event for event in events if _chooses_device(event)]
-            for event in events:
+            for event in inits:
                 if any(not choice.exclusive(event) for choice in choices):
                     continue  # a device chosen on the path of this initialization (not in another arm of a dispatch)
-                if event.qname == "torch.distributed.init_process_group" and "nccl" in (process_group_backend(event) or "") \
-                        and not _single_process(event) and not _builds_setup_object(flow):
+                if not _builds_setup_object(flow):
                     yield Finding(event.file, event.node,
                                   "NCCL process group, but this process never chooses its GPU: every rank works on GPU 0 "
                                   "(`Duplicate GPU detected`); call `torch.cuda.set_device(int(os.environ[\"LOCAL_RANK\"]))` "

@@ -92,12 +92,15 @@ class GlobalRankAsDevice(Rule):
         for flow in program.flows:
             reported_names: set[str] = set()
             for event in flow.of_kind(CALL, METHOD, CALL_VALUE, WRAP):
+                ranks = [(node, value) for node, value in device_arguments(event) if value.rank is not None and value.rank.scope == GLOBAL_RANK]
+                if not ranks or flow.file.is_test:
+                    continue
                 # `device=` of a call that is not torch's (a class of the checked code, whose constructor
                 # the model does not follow, or another library's): where the value goes is not known.
                 known_callee = event.kind in (METHOD, WRAP) or distributed.is_torch_name(event.qname or "")
                 keywords = () if known_callee else {id(arg.value) for arg in event.node.args if arg.keyword is not None}
-                for node, value in device_arguments(event):
-                    if id(node) in keywords or value.rank is None or value.rank.scope != GLOBAL_RANK or flow.file.is_test or one_node.shown(flow, event):
+                for node, value in ranks:
+                    if id(node) in keywords or one_node.shown(flow, event):
                         continue
                     if value.rank.formatted and value.ref is not None:
                         # A device string held in a variable: one finding, at its first use.

@@ -259,8 +259,10 @@ class Flow:
         it runs only where the object is, which is not known (physicsnemo's checkpoint helpers: `if
         is_distributed: barrier()`, true for FSDP models only).
         """
-        if self.type_tested and self._under_type_test(event):
-            return None
+        name = self._collective_name(event)
+        return None if name is None or self.type_tested and self._under_type_test(event) else name
+
+    def _collective_name(self, event: Event) -> str | None:
         if event.kind == CALL and event.qname:
             name = event.qname.rsplit(".", 1)[-1]
             if distributed.is_process_group_collective(event.qname) or distributed.is_dcp_collective(event.qname) or distributed.is_fsdp1_collective(event.qname):
