@@ -221,6 +221,11 @@ def is_dcp_collective(qname: str) -> bool:
     return module == DCP_MODULE and name in DCP_COLLECTIVES
 
 
+def is_state_dict_getter(qname: str) -> bool:
+    module, name = split_qname(qname)
+    return module == STATE_DICT_MODULE and name in STATE_DICT_GETTERS
+
+
 def is_state_dict_helper(qname: str) -> bool:
     module, name = split_qname(qname)
     return module == STATE_DICT_MODULE and name in STATE_DICT_GETTERS | STATE_DICT_SETTERS

@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 import libcst as cst
 
 from fsdplint.model import FileModel
+from fsdplint.model.files import lines_code
 from fsdplint.source import split_lines
 
 DEFAULT_LINE_LIMIT = 88
@@ -140,20 +141,12 @@ def _code(file: FileModel, module: cst.Module) -> str:
     original = file.module
     if not module.has_trailing_newline or (module.default_indent, module.default_newline) != (original.default_indent, original.default_newline):
         return module.code
-    if file._statement_code is None:
-        texts = {id(statement): original.code_for_node(statement) for statement in original.body}
-        # Kept only when the pieces make up the file's text exactly (as they do wherever it ends in a newline).
-        whole = _lines_code(original, original.header) + "".join(texts.values()) + _lines_code(original, original.footer)
-        file._statement_code = texts if whole == file.source.text else False
-    if file._statement_code is False:
+    texts = file.statement_texts()
+    if texts is None:
         return module.code
     # An id of the original tree, which is alive, is that statement's: left as it was.
-    return (_lines_code(module, module.header) + "".join(file._statement_code.get(id(statement)) or module.code_for_node(statement)
-                                                        for statement in module.body) + _lines_code(module, module.footer))
-
-
-def _lines_code(module: cst.Module, lines: Sequence[cst.EmptyLine]) -> str:
-    return "".join(module.code_for_node(line) for line in lines)
+    return (lines_code(module, module.header) + "".join(texts.get(id(statement)) or module.code_for_node(statement)
+                                                       for statement in module.body) + lines_code(module, module.footer))
 
 
 class _ApplyOperations(cst.CSTTransformer):

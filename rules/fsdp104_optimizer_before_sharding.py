@@ -66,9 +66,9 @@ class OptimizerBeforeSharding(Rule):
         for flow in program.flows:
             for optimizer in flow.of_kind(OPTIMIZER):
                 for module in optimizer.params_of:
-                    later = [e for e in flow.shard_events() if e.index > optimizer.index and _replaces_parameters(e)
-                             and any(module.is_within(t) or t.is_within(module) for t in e.targets)]
-                    if not later or self._rebuilt_or_rebound(flow, optimizer, module, later[0].index):
+                    later = [e for e in flow.shard_events() if e.index > optimizer.index and not e.excludes(optimizer)
+                             and _replaces_parameters(e) and any(module.overlaps(t) for t in e.targets)]
+                    if not later or self._rebuilt_or_rebound(flow, optimizer, module, later[0]):
                         continue
                     # A helper that builds the optimizer is right; its caller calls it too early.
                     helper_call = caller_site(flow, optimizer, later[0])
@@ -93,10 +93,14 @@ class OptimizerBeforeSharding(Rule):
                     break
 
     @staticmethod
-    def _rebuilt_or_rebound(flow, optimizer, module, after: int) -> bool:
+    def _rebuilt_or_rebound(flow, optimizer, module, shard) -> bool:
+        """After the shard, on a path it runs on (not in another arm), the optimizer is built again or
+        handed to something that re-maps its parameters."""
         from fsdplint.model import METHOD, OPTIMIZER
 
-        for event in flow.events[after:]:
+        for event in flow.events[shard.index:]:
+            if event.excludes(shard):
+                continue
             if event.kind == OPTIMIZER and event.binding is not None and optimizer.binding is not None \
                     and event.binding.variable == optimizer.binding.variable and event.binding.path == optimizer.binding.path:
                 return True  # the same variable is built again after sharding

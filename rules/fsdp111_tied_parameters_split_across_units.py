@@ -116,7 +116,7 @@ def _tie_of(event: Event) -> tuple[Ref, Ref, str] | None:
     if target.path[-1] != value.path[-1] or target.path[-1] not in _TIED_NAMES or "[]" in target.path + value.path:
         return None
     first, second = Ref(target.root, target.path[:-1]), Ref(value.root, value.path[:-1])
-    if first.is_within(second) or second.is_within(first):
+    if first.overlaps(second):
         return None
     return first, second, target.path[-1]
 
@@ -186,7 +186,7 @@ def _split(flow: Flow, shards: list[Event], tie: _Tie, alone: Ref, other: Ref) -
             last = max(unit.index, holder.index)
             replaced = [event.target for event in flow.events[tie.index + 1:last]
                         if event.kind == ASSIGN and event.target is not None and event is not tie.made]
-            if any(module.is_within(target) or target.is_within(module) for target in replaced for module in (alone, other)):
+            if any(module.overlaps(target) for target in replaced for module in (alone, other)):
                 continue
             return unit, holder
     return None

@@ -71,7 +71,7 @@ class Fsdp1WithoutAutoWrap(Rule):
                 if problem is None or event.target is None or shards_nothing(event):
                     continue  # with NO_SHARD nothing is all-gathered: one unit costs nothing
                 root = event.target
-                if any(t != root and (t.is_within(root) or root.is_within(t)) for other in wraps for t in other.targets):
+                if any(t != root and t.overlaps(root) for other in wraps for t in other.targets):
                     continue  # blocks wrapped one by one, and the model around them
                 if is_leaf_or_part(flow, root, wraps, event):
                     continue

@@ -78,7 +78,7 @@ class Rank0LoadWithoutSyncModuleStates(Rule):
         from fsdplint.model import CALL, METHOD
 
         if event.kind == METHOD and event.method == "load_state_dict":
-            return event.target.is_within(module) or module.is_within(event.target)
+            return event.target.overlaps(module)
         if event.kind in (CALL, METHOD) and (event.method or event.qname or "").endswith("from_pretrained"):
             return event.binding is not None and event.binding.root == module.root
         return False

@@ -405,3 +405,36 @@ def test_a_grad_scaler_over_a_model_that_shards_nothing_sees_every_gradient():
     """
     assert codes(body.format(strategy="NO_SHARD"), select=["FSDP403"]) == []
     assert codes(body.format(strategy="FULL_SHARD"), select=["FSDP403"]) == [(3, "FSDP403")]
+
+
+def test_an_optimizer_is_judged_against_the_wraps_on_its_own_path():
+    """HydraGNN's `if task_parallel: optimizer = ...; model = Wrapper(model) else: optimizer = ...;
+    model, optimizer = wrap(model, optimizer)`: the wrap in the `else` arm replaces no parameter an
+    optimizer of the `if` arm holds (its parameters update on 2 CPU ranks), and an optimizer built
+    again in the other arm does not rebuild the stale one (HydraGNN's `train_gap.py`, missed)."""
+    wrap = """
+    def wrap(model, optimizer):
+        model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))
+        return model, optimizer
+
+    model = Net()
+    """
+    assert codes(wrap, """
+    if args.plain:
+        optimizer = torch.optim.AdamW(model.parameters())
+    else:
+        optimizer = torch.optim.AdamW(model.parameters())
+        model, optimizer = wrap(model, optimizer)
+    """, select=["FSDP104"]) == [(9, "FSDP104")]
+    assert codes(wrap, """
+    if not args.deepspeed:
+        optimizer = torch.optim.AdamW(model.parameters())
+        model, optimizer = wrap(model, optimizer)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters())
+    """, select=["FSDP104"]) == [(7, "FSDP104")]
+    assert codes(wrap, """
+    optimizer = torch.optim.AdamW(model.parameters())
+    model, optimizer = wrap(model, optimizer)
+    optimizer = torch.optim.AdamW(model.parameters())
+    """, select=["FSDP104"]) == []  # built again after the wrap, on its path

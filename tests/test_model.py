@@ -992,6 +992,33 @@ def main(model, rank_dir):
     assert found == [(10, "FSDP201", "warning"), (11, "FSDP201", "error")], found
 
 
+def test_fsdp201_the_state_dict_helpers_without_full_state_dict_give_the_sharded_state():
+    """ditty's `get_optimizer_state_dict(model, optimizer)` saved on rank 0: the helpers' default is
+    the sharded state (DTensors, checked on 2 CPU ranks), as `model.state_dict()` is. Near misses:
+    `full_state_dict=True` gathers it; options the model does not know (a parameter, `**`, a flag)
+    are not judged."""
+    source = """
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+
+def main(model, optimizer, given, flag, extra):
+    fully_shard(model)
+    state = get_optimizer_state_dict(model, optimizer{arguments})
+    if dist.get_rank() == 0:
+        torch.save(state, "optimizer.pt")
+"""
+    for arguments, reported in [("", True), (", options=StateDictOptions(cpu_offload=True)", True), (", options=None", True),
+                                (", options=StateDictOptions(full_state_dict=True)", False), (", options=given", False),
+                                (", options=StateDictOptions(full_state_dict=flag)", False), (", **extra", False)]:
+        found = [d.code for d in check_source(source.format(arguments=arguments), "train.py", select=["FSDP201"])]
+        assert found == (["FSDP201"] if reported else []), arguments
+    found = [d.line for d in check_source(source.replace("get_optimizer_state_dict(model, optimizer{arguments})", "get_model_state_dict(model)"),
+                                          "train.py", select=["FSDP201"])]
+    assert found == [11]
+
+
 def test_keywords_a_dict_passes_reach_the_function_not_the_calls_syntax():
     # tiny-grpo: `fully_shard(module, **fsdp_kwargs)` with `fsdp_kwargs = {"mesh": mesh, ...}`: rules read a
     # call's keywords from its syntax (FSDP112 asked for the `mesh=` node and failed on the dict's).

@@ -971,6 +971,25 @@ def main(model, n):
         assert [event.qname.rsplit(".", 1)[-1] for event in flow.shard_events()] == wraps, given
 
 
+def test_an_integer_default_of_a_parameter_the_call_leaves_out_is_known():
+    """VideoX-Fun's `set_multi_gpus_devices(ulysses_degree, ring_degree, classifier_free_guidance_degree=1)`
+    called with two 1s: `if u > 1 or r > 1 or c > 1: init_process_group(...)` never runs. Near
+    misses: the call passes 2 for the defaulted parameter, or a `*args` the model cannot read."""
+    source = """
+import torch.distributed as dist
+
+def setup(u, r, c=1):
+    if u > 1 or r > 1 or c > 1:
+        dist.init_process_group("nccl")
+
+def main(rest):
+    setup({given})
+"""
+    for given, runs in [("1, 1", False), ("1, 1, 2", True), ("1, 1, c=2", True), ("1, *rest", True), ("2, 1", True)]:
+        flow = flow_of(program_of(source.format(given=given)), "main")
+        assert any(event.qname == "torch.distributed.init_process_group" for event in flow.events) is runs, given
+
+
 def test_is_none_on_a_parameter_given_a_literal():
     """`if flag is not None:` with `flag=True` passed runs its arm (the test once read as a chained
     comparison, `(known == "None") == type(op) is Is`, and was false for every literal but None)."""

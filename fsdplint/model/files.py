@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import libcst as cst
 from libcst.metadata import CodeRange, PositionProvider
@@ -41,7 +41,7 @@ class FileModel:
     # `NAME = {...}` at the top level: dict literals a function may read as a global (a dispatch table)
     module_dicts: dict[str, cst.Dict] = field(default_factory=dict)
     _positions: object = None
-    _statement_code: object = None  # fixes.py: the text of each top-level statement, made once for all fixes of the file
+    _statement_texts: dict[int, str] | None | bool = None  # statement_texts(), made once
     _qualified: dict[int, tuple[cst.CSTNode, str | None]] = field(default_factory=dict)
 
     @property
@@ -98,6 +98,16 @@ class FileModel:
 
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)
+
+    def statement_texts(self) -> dict[int, str] | None:
+        """The file's own text of each top-level statement, by the statement's id; None where the
+        pieces, with the module's header and footer lines, do not make up the text exactly."""
+        if self._statement_texts is None:
+            module = self.module
+            texts = {id(statement): module.code_for_node(statement) for statement in module.body}
+            whole = lines_code(module, module.header) + "".join(texts.values()) + lines_code(module, module.footer)
+            self._statement_texts = texts if whole == self.source.text else False
+        return self._statement_texts or None
 
     def position(self, node: cst.CSTNode) -> CodeRange:
         # Positions are resolved only for files that have a finding, by PositionProvider's own codegen
@@ -221,3 +231,6 @@ class _FileIndexer:
                     self.model.attribute_types.setdefault(target.target.attr.value, set()).add(callee)
 
 
+def lines_code(module: cst.Module, lines: Sequence[cst.EmptyLine]) -> str:
+    """The code of a module's header or footer lines."""
+    return "".join(module.code_for_node(line) for line in lines)

@@ -240,6 +240,24 @@ class Flow:
         made = [event for event in self.bindings.get(Ref(value.ref.root), ()) if 0 <= event.index < before and not (at and event.exclusive(at))]
         return max(made, key=lambda event: event.index, default=None)
 
+    def full_state_dict(self, event: Event) -> bool | None:
+        """Whether a state-dict helper call asks for the full state dict (`options=StateDictOptions(
+        full_state_dict=True)`): False without `options=` (the helpers' default is the sharded state),
+        None where the options are not known (a `**` argument, a variable made elsewhere or more than once)."""
+        if any(arg.star for arg in event.node.args):
+            return None
+        options = event.kwargs.get("options")
+        if options is None or options.constant == "None":
+            return False
+        made = [options.event] if options.event is not None else \
+            [made for made in self.bindings.get(Ref(options.ref.root), ()) if made.index < event.index] if options.ref is not None and not options.ref.path else []
+        if len(made) != 1 or made[0].kind != CALL or not (made[0].qname or "").endswith("StateDictOptions") or any(arg.star for arg in made[0].node.args):
+            return None
+        given = next((arg.value for arg in made[0].node.args if arg.keyword is not None and arg.keyword.value == "full_state_dict"), None)
+        if given is None:
+            return False
+        return {"True": True, "False": False}.get(given.value) if type(given) is cst.Name else None
+
     def state_dict_options(self, event: Event) -> frozenset[str]:
         """The `StateDictOptions` fields set to True in the `options=` of a state-dict helper call."""
         options = event.kwargs.get("options")
@@ -301,7 +319,7 @@ class Flow:
         module = event.args[0].ref if event.args else None
         if module is None or self.sharding_of(module, event.index, fsdp=None) is not None:
             return False
-        return any(event.index < shard.index and any(module.is_within(target) or target.is_within(module) for target in shard.targets)
+        return any(event.index < shard.index and any(module.overlaps(target) for target in shard.targets)
                    for shard in self.shard_events())
 
     def plain_module(self, module: Ref, before: int) -> bool:
@@ -314,7 +332,7 @@ class Flow:
         constructed = made is not None and (made.kind == CALL_VALUE or made.kind == CALL and (made.qname or "").rsplit(".", 1)[-1][:1].isupper())
         handed = any(ref.root == module.root for value in self.events[:before] if value.kind == CALL_VALUE for ref in value.arg_refs())
         return (constructed and not handed and not self.escapes(module, 0, before)
-                and not any(module.is_within(target) or target.is_within(module) for shard in self.shard_events() if shard.index < before
+                and not any(module.overlaps(target) for shard in self.shard_events() if shard.index < before
                             for target in shard.targets))
 
     def _fsdp1_full_state_dict(self, event: Event) -> bool:

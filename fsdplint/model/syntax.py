@@ -94,9 +94,9 @@ def _default(function: cst.FunctionDef, name: str) -> cst.BaseExpression | None:
 
 
 def literal_default(function: cst.FunctionDef, name: str) -> str | None:
-    """"None", "True" or "False" when the parameter's default is that literal."""
+    """"None", "True", "False" or an integer's digits when the parameter's default is that literal."""
     default = _default(function, name)
-    return default.value if type(default) is cst.Name and default.value in CONSTANTS else None
+    return default.value if type(default) is cst.Name and default.value in CONSTANTS or type(default) is cst.Integer else None
 
 
 def string_default(function: cst.FunctionDef, name: str) -> str | None:

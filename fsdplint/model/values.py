@@ -68,6 +68,10 @@ class Ref:
             return False
         return all(mine == theirs or mine in _ANY_STEP or theirs in _ANY_STEP for mine, theirs in zip(self.path, other.path))
 
+    def overlaps(self, other: Ref) -> bool:
+        """One of the two is the other or inside it: what is done to either touches both."""
+        return self.is_within(other) or other.is_within(self)
+
     def is_one_of(self, other: Ref) -> bool:
         """`self` is `other` or one of the modules its `[]` steps stand for (`model.layers.0` of
         `model.layers.[]`), as far as known: a step of `self` that stands for any (`model.*.proj`) may be

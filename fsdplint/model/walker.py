@@ -941,6 +941,9 @@ class Walker:
         taken = self.attribute_taken(node, args) if qname is None and type(func) is cst.Name and func.value == "getattr" else None
         if taken is not None:
             return Value(ref=taken, event=event)
+        if qname is not None and distributed.is_state_dict_getter(qname) and args and args[0].ref is not None \
+                and self.flow.full_state_dict(event) is False:
+            return Value(event=event, params_of=frozenset({args[0].ref}))  # the module's sharded state, as `model.state_dict()` is
         if qname in distributed.RETURNS_ITS_MODULE and args and args[0].ref is not None:
             return args[0]  # `model = parallelize_module(model, ...)` is still `model`
         built_by = qname if qname is not None else receiver.built_by if type(func) is cst.Attribute and func.attr.value in RETURNS_SELF else None
