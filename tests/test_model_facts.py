@@ -990,6 +990,49 @@ def main(rest):
         assert any(event.qname == "torch.distributed.init_process_group" for event in flow.events) is runs, given
 
 
+def test_an_attribute_the_constructor_stores_from_a_literal_is_known_in_the_objects_methods():
+    """HydraGNN's `LSMS_RawDataLoader(config)`: `dist=False` by default, handed to the base's
+    `__init__`, kept in `self.dist`; `load_raw_data` runs `all_reduce` only `if self.dist:`, so on
+    rank 0 alone it never does. Near misses, each where the collective may run: the call passes
+    `dist=True` or a value not known, the caller or another method assigns the attribute, the object
+    is handed to code the model cannot see, a base is another library's class."""
+    source = """
+import torch.distributed as dist
+{base_import}
+
+class Base{base}:
+    def __init__(self, config, dist=False):
+        self.config = config
+        self.dist = dist
+
+    def load(self):
+        if self.dist:
+            dist.all_reduce(self.config)
+
+class Loader(Base):
+    def __init__(self, config, dist=False):
+        super(Loader, self).__init__(config, dist)
+{method}
+def main(config, flag):
+    loader = Loader({given})
+{between}    loader.load()
+"""
+    def runs(given="config", between="", method="", base="", base_import=""):
+        flow = flow_of(program_of(source.format(given=given, between=between, method=method, base=base, base_import=base_import)), "main")
+        return any(event.qname == "torch.distributed.all_reduce" for event in flow.events)
+
+    assert not runs()
+    assert not runs(given="config, False")
+    assert runs(given="config, dist=True")
+    assert runs(given="config, flag")
+    assert runs(given="config, *flag")
+    assert runs(between="    loader.dist = flag\n")
+    assert runs(between="    configure(loader)\n")
+    assert runs(method="    def enable(self):\n        self.dist = True\n")
+    assert runs(method="    def enable(self):\n        self.dist, self.config = True, None\n")
+    assert runs(base="(Library)", base_import="from library import Library")
+
+
 def test_is_none_on_a_parameter_given_a_literal():
     """`if flag is not None:` with `flag=True` passed runs its arm (the test once read as a chained
     comparison, `(known == "None") == type(op) is Is`, and was false for every literal but None)."""

@@ -228,6 +228,12 @@ class Flow:
                     return True
         return False
 
+    def handed_on(self, ref: Ref, start: int = 0, end: int | None = None) -> bool:
+        """`ref` was handed to code this run cannot see (`escapes`), or to a value called (`build(model)`
+        where `build` is a name the model knows nothing of), between events `start` and `end`."""
+        return self.escapes(ref, start, end) or any(
+            event.kind == CALL_VALUE and any(arg.root == ref.root for arg in event.arg_refs()) for event in self.events[start:end])
+
     def origin(self, value: Value, before: int) -> Event | None:
         """The event that made `value`: its own, or the last one assigned to its variable before event
         `before` (`options = StateDictOptions(...)`, `state = torch.load(path)`)."""
@@ -330,8 +336,7 @@ class Flow:
             return False
         made = self.origin(Value(ref=module), before)
         constructed = made is not None and (made.kind == CALL_VALUE or made.kind == CALL and (made.qname or "").rsplit(".", 1)[-1][:1].isupper())
-        handed = any(ref.root == module.root for value in self.events[:before] if value.kind == CALL_VALUE for ref in value.arg_refs())
-        return (constructed and not handed and not self.escapes(module, 0, before)
+        return (constructed and not self.handed_on(module, 0, before)
                 and not any(module.overlaps(target) for shard in self.shard_events() if shard.index < before
                             for target in shard.targets))
 

@@ -54,6 +54,7 @@ class Program:
         # sharded in attributes of `self`, for its other methods: known once every flow is built (a walk
         # that asks before, `isinstance(self.model, FSDPModule)`, finds none).
         self.class_shards: dict[tuple[str, str], list[Event]] = {}
+        self.constructor_attributes: dict[tuple[int, str], dict] = {}  # constructors.stored_attributes, by class
         for file in self.files:
             self._index(file)
         # The run's budget goes first to the files that mention FSDP, whose flows rules report on most;
@@ -128,6 +129,7 @@ class Program:
         self.flows = []
         self._flows_by_function = {}
         self.class_shards = {}
+        self.constructor_attributes = {}
         self.summaries.clear()
         self._functions_by_name = {}
         self._resolved = {}

@@ -30,6 +30,7 @@ from fsdplint.model.events import (
     EventKind,
     RankGuard,
 )
+from fsdplint.model.constructors import constant_attributes
 from fsdplint.model.files import FileModel, FunctionInfo
 from fsdplint.model.flow import Loop, Write
 from fsdplint.model.modules import RETURNS_SELF
@@ -455,11 +456,30 @@ class Walker:
         return None if known is None else number != 0 if number is not None else known == "True"
 
     def parameter_constant(self, node: cst.CSTNode) -> str | None:
-        """The literal a parameter was passed, or a name assigned once was given."""
-        if not type(node) is cst.Name:
+        """The literal a parameter was passed, a name assigned once was given, or an attribute of
+        `self` holds since its constructor (`constructed_attributes`)."""
+        if type(node) not in (cst.Name, cst.Attribute):
             return None
-        value = self.env.get(node.value)
+        value = self.env.get(dotted_name(node))
         return value.constant if value is not None else None
+
+    def constructed_attributes(self, receiver: Value, self_name: str) -> dict[str, Value]:
+        """`loader.load()` where `loader = Loader(config)`: the literals the constructor left in the
+        object's attributes (`constructors.constant_attributes`), as `self.x` in the method; none where
+        this flow assigned an attribute of the object since, or handed it to code it cannot see."""
+        if receiver.ref is None or receiver.ref.path:
+            return {}
+        self.flow.consulted.append(receiver.ref.root)
+        built_by = self.flow.origin(receiver, len(self.flow.events))
+        if built_by is None or built_by.kind not in (CALL, CALL_VALUE) or type(built_by.node) is not cst.Call:
+            return {}
+        found = self.flow.program.class_of(built_by.file, built_by.node.func)
+        if found is None or self.flow.handed_on(receiver.ref, built_by.index + 1) or any(
+                event.kind == ASSIGN and any(target.root == receiver.ref.root for target in event.targets)
+                for event in self.flow.events[built_by.index + 1:]):
+            return {}
+        constants = constant_attributes(self.flow.program, *found, built_by.node, built_by.args, built_by.kwargs)
+        return {f"{self_name}.{attribute}": Value(constant=literal) for attribute, literal in constants.items()}
 
     def module_table(self, name: str) -> tuple[FunctionInfo, ...]:
         """The functions of a dispatch table a function reads as a global (`REGISTRY[args.test]()`,
@@ -1110,6 +1130,7 @@ class Walker:
                 env[self_name] = receiver if receiver.ref else Value(ref=Ref(prefix + self_name))
                 # What the caller knows of `self.x` holds in the callee too.
                 env.update({key: value for key, value in self.env.items() if key.startswith("self.")})
+                env.update(self.constructed_attributes(receiver, self_name))
         for name, value in zip(params, args):
             env[name] = value
         spread = self.spread[1] if self.spread is not None and self.spread[0] is node else None

@@ -1,0 +1,188 @@
+"""What an object of a class of the run holds in its attributes when its constructor returns, read
+from the constructor's code once per class and applied at each construction by substituting the
+call's arguments (HydraGNN's `LSMS_RawDataLoader(config)`: `dist=False` by default, handed to the
+base's `__init__`, which keeps it in `self.dist`; its `load_raw_data` runs `all_reduce` only `if
+self.dist:`).
+
+Only what holds whatever runs: an attribute assigned by a top-level statement of the constructor (or
+of a base's constructor it calls, `super().__init__(...)` or `Base.__init__(self, ...)`), from a
+parameter or a literal, and assigned nowhere else in the class or its bases. A class with a base that
+is not a class of the run (other than `nn.Module` and `object`) may set anything: nothing is known of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from fsdplint.model.names import CONSTANTS
+from fsdplint.model.syntax import literal_default
+
+if TYPE_CHECKING:
+    from fsdplint.model.files import FileModel, FunctionInfo
+    from fsdplint.model.program import Program
+    from fsdplint.model.values import Value
+
+_PLAIN_BASES = frozenset({"torch.nn.Module", "object"})
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What an attribute holds after construction: the constructor's parameter `parameter` (its value
+    at the call), or the literal `literal`."""
+
+    parameter: str | None = None
+    literal: str | None = None
+
+
+def stored_attributes(program: Program, file: FileModel, qualname: str) -> dict[str, Stored]:
+    """The attributes an object of the class holds, when its constructor returns, from the
+    constructor's parameters or literals (see the module's docstring); cached per class."""
+    key = (id(file), qualname)
+    known = program.constructor_attributes.get(key)
+    if known is None:
+        known = program.constructor_attributes[key] = _stored(program, file, qualname)
+    return known
+
+
+def constant_attributes(program: Program, file: FileModel, qualname: str, call: cst.Call, args: tuple[Value, ...],
+                        kwargs: dict[str, Value]) -> dict[str, str]:
+    """The attributes that hold a literal (`None`, `True`, `False`, an integer) after `call` constructs
+    an object of the class: a literal stored, or a parameter given one at the call or left to its
+    literal default. Nothing where the call spreads `*args` or `**kwargs`."""
+    stored = stored_attributes(program, file, qualname)
+    init = program.method_of_class(file, qualname, "__init__")
+    if not stored or init is None or any(arg.star for arg in call.args):
+        return {}
+    given = dict(zip(init.params[1:], args)) | kwargs
+    constants = {}
+    for attribute, held in stored.items():
+        if held.literal is not None:
+            constants[attribute] = held.literal
+        elif held.parameter in given:
+            if given[held.parameter].constant is not None:
+                constants[attribute] = given[held.parameter].constant
+        elif (default := literal_default(init.node, held.parameter)) is not None:
+            constants[attribute] = default
+    return constants
+
+
+def _stored(program: Program, file: FileModel, qualname: str) -> dict[str, Stored]:
+    lineage = list(program.class_lineage(file, qualname))
+    if any(not isinstance(entry, tuple) and entry not in _PLAIN_BASES for entry in lineage):
+        return {}
+    init = program.method_of_class(file, qualname, "__init__")
+    if init is None:
+        return {}
+    stored, counted = _constructor_stores(program, init, depth=0)
+    # Assigned anywhere else in the lineage (another method, a nested statement of a constructor), or
+    # `self` handed to a function other than a base's constructor: not known.
+    for class_file, class_name in (entry for entry in lineage if isinstance(entry, tuple)):
+        pending: list[cst.CSTNode] = [class_file.classes[class_name]]
+        while pending and stored:
+            node = pending.pop()
+            pending.extend(node.children)
+            if id(node) in counted:
+                continue
+            if type(node) is cst.Call and not (type(node.func) is cst.Name and node.func.value == "super") \
+                    and any(type(arg.value) is cst.Name and arg.value.value == "self" for arg in node.args):
+                return {}
+            for attribute in _self_attributes_assigned(node):
+                stored.pop(attribute, None)
+    return stored
+
+
+def _constructor_stores(program: Program, init: FunctionInfo, depth: int) -> tuple[dict[str, Stored], set[int]]:
+    """The attributes the constructor's top-level statements store, in order (a later one wins), with
+    the ids of the statements read (every other assignment to an attribute of `self` is not known)."""
+    stored: dict[str, Stored] = {}
+    counted: set[int] = set()
+    params = init.params[1:]
+    for statement in init.node.body.body if type(init.node.body) is cst.IndentedBlock else ():
+        if type(statement) is not cst.SimpleStatementLine:
+            continue
+        for small in statement.body:
+            if type(small) is cst.Assign and len(small.targets) == 1 and (attribute := _self_attribute(small.targets[0].target)):
+                counted.add(id(small))
+                held = _held(small.value, params)
+                if held is None:
+                    stored.pop(attribute, None)
+                else:
+                    stored[attribute] = held
+            elif type(small) is cst.Expr and type(small.value) is cst.Call and depth < 4 \
+                    and (base := _base_constructor(program, init, small.value)) is not None:
+                inherited, base_counted = _constructor_stores(program, base, depth + 1)
+                counted |= base_counted | {id(small.value)}
+                for attribute, held in _passed(inherited, base, small.value, params).items():
+                    if held is None:
+                        stored.pop(attribute, None)
+                    else:
+                        stored[attribute] = held
+    return stored, counted
+
+
+def _held(value: cst.CSTNode, params: list[str]) -> Stored | None:
+    """What an attribute assigned `value` holds: a parameter, a literal, or None (not known)."""
+    if type(value) is cst.Name and value.value in params:
+        return Stored(parameter=value.value)
+    if type(value) is cst.Name and value.value in CONSTANTS or type(value) is cst.Integer:
+        return Stored(literal=value.value)
+    return None
+
+
+def _passed(inherited: dict[str, Stored], base: FunctionInfo, call: cst.Call, params: list[str]) -> dict[str, Stored | None]:
+    """What the base constructor stores, in terms of the calling constructor's parameters (None: not known)."""
+    if any(arg.star for arg in call.args):
+        return dict.fromkeys(inherited)
+    explicit_self = type(call.func.value) is not cst.Call  # `Base.__init__(self, ...)`, not `super().__init__(...)`
+    positional = [arg.value for arg in call.args if arg.keyword is None][1 if explicit_self else 0:]
+    given = dict(zip(base.params[1:], positional)) | {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+    mapped: dict[str, Stored | None] = {}
+    for attribute, held in inherited.items():
+        if held.literal is not None:
+            mapped[attribute] = held
+        elif held.parameter in given:
+            mapped[attribute] = _held(given[held.parameter], params)
+        else:
+            default = literal_default(base.node, held.parameter)
+            mapped[attribute] = None if default is None else Stored(literal=default)
+    return mapped
+
+
+def _base_constructor(program: Program, init: FunctionInfo, call: cst.Call) -> FunctionInfo | None:
+    """The base class's `__init__` that `super().__init__(...)`, `super(C, self).__init__(...)` or
+    `Base.__init__(self, ...)` calls, when it is a class of the run's."""
+    func = call.func
+    if type(func) is not cst.Attribute or func.attr.value != "__init__" or init.class_name is None:
+        return None
+    lineage = list(program.class_lineage(init.file, init.class_name))[1:]
+    if type(func.value) is cst.Call and type(func.value.func) is cst.Name and func.value.func.value == "super":
+        for entry in lineage:
+            if isinstance(entry, tuple) and f"{entry[1]}.__init__" in entry[0].functions:
+                return entry[0].functions[f"{entry[1]}.__init__"]
+        return None
+    found = program.class_of(init.file, func.value)
+    return program.method_of_class(*found, "__init__") if found is not None else None
+
+
+def _self_attribute(target: cst.CSTNode) -> str | None:
+    if type(target) is cst.Attribute and type(target.value) is cst.Name and target.value.value == "self":
+        return target.attr.value
+    return None
+
+
+def _self_attributes_assigned(node: cst.CSTNode) -> list[str]:
+    """The attributes of `self` this node assigns (`=`, `+=`, an annotated assignment, a tuple of
+    targets, `del`)."""
+    if type(node) is cst.Assign:
+        targets = [target.target for target in node.targets]
+    elif type(node) in (cst.AugAssign, cst.AnnAssign):
+        targets = [node.target]
+    elif type(node) is cst.Del:
+        targets = [node.target]
+    else:
+        return []
+    parts = [part for target in targets for part in ([element.value for element in target.elements] if type(target) in (cst.Tuple, cst.List) else [target])]
+    return [attribute for part in parts if (attribute := _self_attribute(part)) is not None]
