@@ -474,11 +474,11 @@ class Walker:
         if built_by is None or built_by.kind not in (CALL, CALL_VALUE) or type(built_by.node) is not cst.Call:
             return {}
         found = self.flow.program.class_of(built_by.file, built_by.node.func)
-        if found is None or self.flow.handed_on(receiver.ref, built_by.index + 1) or any(
+        constants = constant_attributes(self.flow.program, *found, built_by.node, built_by.args, built_by.kwargs) if found else {}
+        if not constants or self.flow.handed_on(receiver.ref, built_by.index + 1) or any(
                 event.kind == ASSIGN and any(target.root == receiver.ref.root for target in event.targets)
                 for event in self.flow.events[built_by.index + 1:]):
             return {}
-        constants = constant_attributes(self.flow.program, *found, built_by.node, built_by.args, built_by.kwargs)
         return {f"{self_name}.{attribute}": Value(constant=literal) for attribute, literal in constants.items()}
 
     def module_table(self, name: str) -> tuple[FunctionInfo, ...]:
