@@ -313,6 +313,19 @@ def shards_nothing(wrap: Event) -> bool:
     return strategy is not None and (wrap.file.qualify(strategy[0]) or "").endswith("ShardingStrategy.NO_SHARD")
 
 
+# FSDP1 strategies that shard parameters (and so the optimizer's state) across the ranks.
+_SHARDING_STRATEGIES = frozenset({"FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"})
+
+
+def certainly_shards(wrap: Event) -> bool:
+    """FSDP1 that shards the parameters: its default (FULL_SHARD) or a sharding strategy named in the
+    call; not where a variable or a `*`/`**` argument may choose NO_SHARD."""
+    if any(arg.star for arg in wrap.node.args):
+        return False
+    strategy = argument(wrap, 2, "sharding_strategy")
+    return strategy is None or (wrap.file.qualify(strategy[0]) or "").rsplit(".", 1)[-1] in _SHARDING_STRATEGIES
+
+
 def is_leaf_or_part(flow: Flow, root: Ref, shards: list[Event], at: Event) -> bool:
     """Whether a module sharded (or wrapped) whole at `at` is fine as one unit: one known to hold no
     block of layers (a single layer, a `Sequential` of layers, a class that builds only layers: see

@@ -11,7 +11,8 @@ class TorchSaveShardedState(Rule):
     """
     ## What it does
     Finds `torch.save` of a state dict (of the model or of its optimizer) taken from a module
-    sharded with `fully_shard`.
+    sharded with `fully_shard`, and of the optimizer state of a module wrapped with FSDP1, to a file
+    the ranks share.
 
     ## Why is this bad?
     The state dict of an FSDP2 module holds DTensors: each rank's file has the global shapes but
@@ -19,6 +20,14 @@ class TorchSaveShardedState(Rule):
     `UnpicklingError: Weights only load failed ... DTensor`, and with `weights_only=False`,
     `.full_tensor()` fails with `Could not resolve the process group`. Saving under
     `if rank == 0:` keeps only rank 0's shard.
+
+    The same holds for the optimizer of a module wrapped with FSDP1 (`FullyShardedDataParallel`) with
+    a strategy that shards (its default, FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD): the optimizer was
+    built over the flattened parameters' local shards, and `optimizer.state_dict()` holds this
+    rank's part of its state (on 2 ranks, half of each flat parameter's `exp_avg`, different on
+    each). Saved to one file, on rank 0 or by every rank in turn, the other ranks' state is lost, and
+    loading it on every rank gives each rank rank 0's part. Gather it with
+    `FullyShardedDataParallel.optim_state_dict(model, optimizer)` on every rank.
 
     A per-rank file, one whose name is formatted from the rank (`f"ckpt_rank{rank}.pt"`,
     `os.path.join(d, "shard_{}.pt".format(rank))`, `d + "/%d.pt" % rank`), is deliberate, but it
@@ -64,11 +73,19 @@ class TorchSaveShardedState(Rule):
                     continue
                 sharded = [(module, shard) for module in sorted(event.args[0].params_of, key=str)
                            if (shard := flow.sharding_of(module, event.index, fsdp=2)) is not None]
-                if not sharded:
-                    continue
                 path = argument(event, 1, "f")  # torch.save(obj, f, ...)
                 per_rank = path is not None and path[1].rank is not None  # a file name formatted from the rank
                 what = code(event, event.node.args[0].value)
+                if not sharded:
+                    wrapped = None if per_rank else _fsdp1_optimizer_state(flow, event)
+                    if wrapped is not None:
+                        yield Finding(event.file, event.node,
+                                      f"`{what}` holds this rank's shard of the optimizer state (FSDP1 flattens and shards the "
+                                      f"parameters, wrapped at {where(wrapped)}){via(event)}: a file shared by the ranks keeps one "
+                                      f"rank's shard and the other ranks' state is lost; gather it on every rank with "
+                                      f"`FullyShardedDataParallel.optim_state_dict(model, optimizer)` and save on rank 0",
+                                      related=(at(wrapped, "wrapped here"), *calls(flow, event)))
+                    continue
                 if per_rank:
                     yield Finding(event.file, event.node,
                                   f"`{what}` holds this rank's shards only (sharded at {where(sharded[0][1])}){via(event)}: the per-rank "
@@ -143,3 +160,20 @@ class TorchSaveShardedState(Rule):
 
         return Fix("Gather the full state dict on every rank and save it on rank 0", safe=False,
                    operations=[Replace(statement, rewrite), AddImport("torch.distributed.checkpoint.state_dict", tuple(sorted(helpers)))])
+
+
+def _fsdp1_optimizer_state(flow, event):
+    """The FSDP1 wrap whose sharded parameters an optimizer the saved object holds the state of was
+    built over (after the wrap: before it, FSDP104), where the wrap certainly shards; else None."""
+    from fsdplint.model import OPTIMIZER, WRAP, Value
+    from fsdplint.rulekit import certainly_shards
+
+    for optimizer in sorted(event.args[0].params_of & flow.optimizer_bindings, key=str):
+        built = flow.origin(Value(ref=optimizer), event.index)
+        if built is None or built.kind != OPTIMIZER:
+            continue
+        for module in built.params_of:
+            wrap = flow.sharding_of(module, built.index, fsdp=1)
+            if wrap is not None and wrap.kind == WRAP and certainly_shards(wrap):
+                return wrap
+    return None

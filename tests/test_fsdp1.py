@@ -438,3 +438,25 @@ def test_an_optimizer_is_judged_against_the_wraps_on_its_own_path():
     model, optimizer = wrap(model, optimizer)
     optimizer = torch.optim.AdamW(model.parameters())
     """, select=["FSDP104"]) == []  # built again after the wrap, on its path
+
+
+def test_fsdp1_optimizer_state_saved_to_one_file_is_one_ranks_shard():
+    """RL2, PipelineRL, pytorch_transformer, HydraGNN: `torch.save(optimizer.state_dict())` on rank 0
+    of an FSDP1 model. The optimizer holds the local shard of each flat parameter (on 2 CPU ranks,
+    72 of 144 elements of `exp_avg`, different on each rank). Near misses: a file per rank, the model's
+    state dict (FSDP1 gathers it by default), NO_SHARD, a strategy the model does not know, the
+    gathered `FSDP.optim_state_dict`."""
+    def saved(strategy="", save='torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "ckpt.pt")'):
+        return codes(f"""
+        model = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({{Block}}){strategy})
+        optimizer = torch.optim.AdamW(model.parameters())
+        if dist.get_rank() == 0:
+            {save}
+        """, select=["FSDP201"])
+    assert saved() == [(4, "FSDP201")]
+    assert saved(", sharding_strategy=ShardingStrategy.HYBRID_SHARD") == [(4, "FSDP201")]
+    assert saved(save='torch.save(optimizer.state_dict(), f"optimizer_{dist.get_rank()}.pt")') == []
+    assert saved(save='torch.save(model.state_dict(), "model.pt")') == []
+    assert saved(", sharding_strategy=ShardingStrategy.NO_SHARD") == []
+    assert saved(", sharding_strategy=args.strategy") == []
+    assert saved(save='torch.save(FSDP.optim_state_dict(model, optimizer), "optimizer.pt")') == []
