@@ -116,7 +116,8 @@ PROCESS_GROUP_COLLECTIVES = {  # name -> the position of its `group` argument
 }
 _PROCESS_GROUP_MODULES = frozenset({"torch.distributed", "torch.distributed.distributed_c10d"})
 # torch.distributed.checkpoint: every rank writes or reads its part, coordinated by collectives.
-DCP_COLLECTIVES = frozenset({"save", "load", "async_save", "save_state_dict", "load_state_dict"})
+DCP_SAVERS = frozenset({"save", "async_save", "save_state_dict"})
+DCP_COLLECTIVES = DCP_SAVERS | {"load", "load_state_dict"}
 DCP_MODULE = "torch.distributed.checkpoint"
 # torch.distributed.checkpoint.state_dict helpers: collectives when the state dict is full.
 STATE_DICT_MODULE = "torch.distributed.checkpoint.state_dict"
@@ -144,7 +145,7 @@ FSDP1_COLLECTIVES = frozenset({"summon_full_params", "full_optim_state_dict", "o
 # Calls that report and reach no collective, whatever they are given: logging, warnings, printing
 # (`logger.info(...)` by its method's name, the logger being any object).
 _REPORTING_MODULES = ("logging.", "warnings.")
-_REPORTING_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log", "print", "write", "flush"})
+REPORTING_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log", "print", "write", "flush"})
 
 
 # Methods whose work is known and reaches no collective (the ones that may, `full_tensor`, `unshard`,
@@ -163,7 +164,7 @@ KNOWN_METHODS = frozenset({
     "zero_", "mul_", "add_", "div_", "sum", "mean", "max", "min", "float", "long", "int", "bool", "backward",
     "append", "extend", "insert", "pop", "remove", "clear", "keys", "values", "items", "get", "update", "setdefault", "copy",
     "format", "join", "split", "strip", "startswith", "endswith", "replace", "lower", "upper", "encode", "decode",
-}) | _REPORTING_METHODS
+}) | REPORTING_METHODS
 
 
 def runs_known_code(qname: str | None, method: str | None) -> bool:
@@ -173,6 +174,11 @@ def runs_known_code(qname: str | None, method: str | None) -> bool:
     if method is not None:
         return method in KNOWN_METHODS
     return qname is not None and (qname == "print" or qname.startswith(_REPORTING_MODULES))
+
+
+def is_group_bookkeeping(qname: str) -> bool:
+    module, name = split_qname(qname)
+    return module in _PROCESS_GROUP_MODULES and name in PROCESS_GROUP_BOOKKEEPING
 
 
 def is_torch_name(qualified: str) -> bool:
@@ -221,6 +227,11 @@ def is_dcp_collective(qname: str) -> bool:
     return module == DCP_MODULE and name in DCP_COLLECTIVES
 
 
+def is_dcp_save(qname: str) -> bool:
+    module, name = split_qname(qname)
+    return module == DCP_MODULE and name in DCP_SAVERS
+
+
 def is_state_dict_getter(qname: str) -> bool:
     module, name = split_qname(qname)
     return module == STATE_DICT_MODULE and name in STATE_DICT_GETTERS
@@ -256,6 +267,9 @@ DISTRIBUTED_RUN_TESTS = PROCESS_GROUP_QUERIES | {"torch.distributed.is_available
 # torch.distributed calls that neither need nor start a process group.
 PROCESS_GROUP_FREE = frozenset({"is_available", "is_nccl_available", "is_gloo_available", "is_mpi_available", "is_ucc_available",
                                 "is_xccl_available", "is_torchelastic_launched", "get_node_local_rank"})
+# torch.distributed calls that make no communicator: the group's queries and its teardown (an NCCL
+# group builds its communicators at its first collective).
+PROCESS_GROUP_BOOKKEEPING = PROCESS_GROUP_FREE | {"destroy_process_group", "get_rank", "get_world_size", "get_backend", "is_initialized"}
 # The tensor arguments of the calls that move tensors, by position and keyword: every one of them must be
 # on a device the group's backend serves (the object collectives move their objects themselves).
 TENSOR_ARGUMENTS = {

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from fsdplint import distributed
 from fsdplint.rule import Finding, FixAvailability, Rule, Severity
 
 _OPTIONS = "options=StateDictOptions(full_state_dict=True, cpu_offload=True)"
@@ -11,8 +12,8 @@ class TorchSaveShardedState(Rule):
     """
     ## What it does
     Finds `torch.save` of a state dict (of the model or of its optimizer) taken from a module
-    sharded with `fully_shard`, and of the optimizer state of a module wrapped with FSDP1, to a file
-    the ranks share.
+    sharded with `fully_shard`; and of the optimizer state of a module wrapped with FSDP1, to a file
+    the ranks share or with `torch.distributed.checkpoint.save`.
 
     ## Why is this bad?
     The state dict of an FSDP2 module holds DTensors: each rank's file has the global shapes but
@@ -27,7 +28,10 @@ class TorchSaveShardedState(Rule):
     rank's part of its state (on 2 ranks, half of each flat parameter's `exp_avg`, different on
     each). Saved to one file, on rank 0 or by every rank in turn, the other ranks' state is lost, and
     loading it on every rank gives each rank rank 0's part. Gather it with
-    `FullyShardedDataParallel.optim_state_dict(model, optimizer)` on every rank.
+    `FullyShardedDataParallel.optim_state_dict(model, optimizer)` on every rank. Nor does
+    `torch.distributed.checkpoint.save` keep it: the ranks' parts are plain tensors with the same
+    keys and shapes, which DCP takes as replicated, keeping one rank's (on 2 ranks, `dcp.load` gives
+    rank 0 rank 1's state); save `get_optimizer_state_dict(model, optimizer)` instead.
 
     A per-rank file, one whose name is formatted from the rank (`f"ckpt_rank{rank}.pt"`,
     `os.path.join(d, "shard_{}.pt".format(rank))`, `d + "/%d.pt" % rank`), is deliberate, but it
@@ -69,6 +73,9 @@ class TorchSaveShardedState(Rule):
 
         for flow in program.flows:
             for event in flow.of_kind(CALL):
+                if distributed.is_dcp_save(event.qname or ""):
+                    yield from self._dcp_save(flow, event)
+                    continue
                 if event.qname != "torch.save" or not event.args:
                     continue
                 sharded = [(module, shard) for module in sorted(event.args[0].params_of, key=str)
@@ -77,7 +84,7 @@ class TorchSaveShardedState(Rule):
                 per_rank = path is not None and path[1].rank is not None  # a file name formatted from the rank
                 what = code(event, event.node.args[0].value)
                 if not sharded:
-                    wrapped = None if per_rank else _fsdp1_optimizer_state(flow, event)
+                    wrapped = None if per_rank else _fsdp1_optimizer_state(flow, event.args[0], event.index)
                     if wrapped is not None:
                         yield Finding(event.file, event.node,
                                       f"`{what}` holds this rank's shard of the optimizer state (FSDP1 flattens and shards the "
@@ -97,6 +104,23 @@ class TorchSaveShardedState(Rule):
                               f"shard and a fresh process cannot load it; gather with `get_model_state_dict(..., {_OPTIONS})` "
                               f"and save on rank 0, or use `torch.distributed.checkpoint.save`", self._fix(flow, event),
                               related=(at(sharded[0][1], "sharded here"), *calls(flow, event)))
+
+    @staticmethod
+    def _dcp_save(flow, event) -> Iterable[Finding]:
+        """`dcp.save({"optimizer": optimizer.state_dict()})` of an FSDP1 optimizer: plain tensors with
+        one key and shape on every rank, which DCP takes as replicated and keeps one rank's of (on 2
+        CPU ranks, rank 0's `exp_avg` is not restored by `dcp.load`)."""
+        from fsdplint.rulekit import argument, at, calls, code, via, where
+
+        state = argument(event, 0, "state_dict")
+        wrapped = _fsdp1_optimizer_state(flow, state[1], event.index) if state is not None else None
+        if wrapped is not None:
+            yield Finding(event.file, event.node,
+                          f"`{code(event, state[0])}` holds this rank's shard of the optimizer state as plain tensors (FSDP1 "
+                          f"flattens and shards the parameters, wrapped at {where(wrapped)}){via(event)}: with the same keys "
+                          f"and shapes on every rank, `{code(event, event.node.func)}` takes them as replicated and keeps one "
+                          f"rank's; save `get_optimizer_state_dict(model, optimizer)` instead",
+                          related=(at(wrapped, "wrapped here"), *calls(flow, event)))
 
     @staticmethod
     def _fix(flow, event):
@@ -162,14 +186,14 @@ class TorchSaveShardedState(Rule):
                    operations=[Replace(statement, rewrite), AddImport("torch.distributed.checkpoint.state_dict", tuple(sorted(helpers)))])
 
 
-def _fsdp1_optimizer_state(flow, event):
-    """The FSDP1 wrap whose sharded parameters an optimizer the saved object holds the state of was
-    built over (after the wrap: before it, FSDP104), where the wrap certainly shards; else None."""
+def _fsdp1_optimizer_state(flow, state, before: int):
+    """The FSDP1 wrap whose sharded parameters an optimizer whose state `state` holds was built over
+    (after the wrap: before it, FSDP104), where the wrap certainly shards; else None."""
     from fsdplint.model import OPTIMIZER, WRAP, Value
     from fsdplint.rulekit import certainly_shards
 
-    for optimizer in sorted(event.args[0].params_of & flow.optimizer_bindings, key=str):
-        built = flow.origin(Value(ref=optimizer), event.index)
+    for optimizer in sorted(state.params_of & flow.optimizer_bindings, key=str):
+        built = flow.origin(Value(ref=optimizer), before)
         if built is None or built.kind != OPTIMIZER:
             continue
         for module in built.params_of:

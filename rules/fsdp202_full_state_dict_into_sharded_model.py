@@ -14,6 +14,8 @@ class FullStateDictIntoShardedModel(Rule):
     ## What it does
     Finds `model.load_state_dict(sd)` on a module sharded with `fully_shard`, where `sd` was read
     from a file (`torch.load`, `safetensors.torch.load_file`): a full state dict of plain tensors.
+    A file whose name is formatted from the rank (`f"model_rank_{rank}.pt"`) is not one: it holds
+    what that rank saved, its own shards, and loading them back works.
 
     ## Why is this bad?
     After `fully_shard` the parameters are DTensors, and `load_state_dict` copies each plain tensor
@@ -54,7 +56,7 @@ class FullStateDictIntoShardedModel(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL, METHOD
-        from fsdplint.rulekit import at, calls, code, via, where
+        from fsdplint.rulekit import argument, at, calls, code, via, where
 
         for flow in program.flows:
             for event in flow.of_kind(METHOD):
@@ -64,6 +66,9 @@ class FullStateDictIntoShardedModel(Rule):
                 loaded = flow.origin(event.args[0], event.index)
                 if shard is None or loaded is None or loaded.kind != CALL or loaded.qname not in _FULL_LOADERS:
                     continue
+                path = argument(loaded, 0, "f")  # torch.load(f, ...)
+                if path is not None and path[1].rank is not None:
+                    continue  # a file per rank holds what that rank saved, its own shards (ChatLearn's resume)
                 module = code(event, event.node.func.value)
                 yield Finding(event.file, event.node,
                               f"`{module}` is sharded (at {where(shard)}){via(event)} and its parameters are DTensors: loading the "

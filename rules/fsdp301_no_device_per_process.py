@@ -24,7 +24,9 @@ class NoDevicePerProcess(Rule):
     constructor of the script's own classes other than modules (`Trainer(...)`). Scripts
     that set `CUDA_VISIBLE_DEVICES` per process, assert that they run one process per node
     (`assert os.environ["LOCAL_RANK"] == "0"`), call a helper of their own that names a device
-    (`get_device(...)`), run a single process (`world_size=1`), or use gloo are not reported.
+    (`get_device(...)`), run a single process (`world_size=1`), or use gloo are not reported; nor is a
+    script that does nothing with the group but ask its rank and size and destroy it (NCCL builds
+    its communicators, and finds the duplicate GPU, at the first collective).
 
     ## Example
     ```python
@@ -71,11 +73,31 @@ class NoDevicePerProcess(Rule):
             for event in inits:
                 if any(not choice.exclusive(event) for choice in choices):
                     continue  # a device chosen on the path of this initialization (not in another arm of a dispatch)
-                if not _builds_setup_object(flow):
+                if _group_used_after(flow, event) and not _builds_setup_object(flow):
                     yield Finding(event.file, event.node,
                                   "NCCL process group, but this process never chooses its GPU: every rank works on GPU 0 "
                                   "(`Duplicate GPU detected`); call `torch.cuda.set_device(int(os.environ[\"LOCAL_RANK\"]))` "
                                   "before it, or pass `device_id=`")
+
+
+def _group_used_after(flow, init) -> bool:
+    """After the initialization, on its path, the script does something that may use the group: any
+    call but the group's queries and teardown, builtins and reporting (ChatLearn's rendezvous check,
+    `init_process_group("nccl")` then `destroy_process_group()`, builds no communicator and fails on
+    no GPU)."""
+    from fsdplint.model import ASSIGN, CALL, ENTER, METHOD, SET_ENV
+    from fsdplint.model.names import BUILTINS
+
+    for event in flow.events[init.index + 1:]:
+        if event.kind in (ENTER, ASSIGN, SET_ENV) or event.excludes(init):
+            continue
+        if event.kind == CALL and event.qname and (event.qname in BUILTINS or distributed.is_group_bookkeeping(event.qname)
+                                                   or distributed.runs_known_code(event.qname, None)):
+            continue
+        if event.kind == METHOD and event.method in distributed.REPORTING_METHODS:
+            continue
+        return True
+    return False
 
 
 def _builds_setup_object(flow) -> bool:

@@ -390,6 +390,20 @@ def test_a_device_chosen_per_process(before, backend, after, expected):
     assert codes(NCCL_SCRIPT.format(before=before, backend=backend, after=after)) == expected
 
 
+@pytest.mark.parametrize("between, expected", [
+    ("", []),
+    ("print(dist.get_rank(), dist.get_world_size())\nlogging.info('ready')\n", []),
+    ("dist.barrier()\n", [(4, "FSDP301")]),
+    ("run(args)\n", [(4, "FSDP301")]),  # code the model cannot see may use the group
+    ("x = torch.ones(1)\n", [(4, "FSDP301")]),
+])
+def test_a_group_the_script_never_uses_builds_no_communicator(between, expected):
+    """ChatLearn's rendezvous check: `init_process_group("nccl")` then `destroy_process_group()`
+    builds no NCCL communicator, so no duplicate GPU is found; any other work after the init counts."""
+    assert codes(f"import logging\nimport torch\nimport torch.distributed as dist\ndist.init_process_group('nccl')\n{between}"
+                 "dist.destroy_process_group()\n") == expected
+
+
 @pytest.mark.parametrize("bases, expected", [
     ("", []), ("(object)", []), ("(Base)", []), ("(torch.nn.Module)", [(13, "FSDP301")]), ("(Block)", [(13, "FSDP301")]),
 ])
@@ -427,6 +441,7 @@ def test_only_whole_scripts_are_checked_for_a_device_and_for_destroy():
     import torch.multiprocessing as mp
     def worker(rank, world_size):
         dist.init_process_group("nccl", rank=rank, world_size=world_size)
+        dist.barrier()
     if __name__ == "__main__":
         mp.spawn(worker, args=(2,), nprocs=2)
     """) == [(5, "FSDP301"), (5, "FSDP304")]

@@ -455,7 +455,7 @@ def test_a_name_imported_from_another_package_is_not_the_runs_function_of_that_n
     """))
     (tmp_path / "setup.py").write_text('from setuptools import setup\n\nsetup(name="mypkg")\n')
     assert [d.code for d in check_paths([tmp_path], select=["FSDP301", "FSDP304"])] == []
-    (tmp_path / "train.py").write_text("from mypkg import setup\n\nsetup()\n")
+    (tmp_path / "train.py").write_text("import torch.distributed as dist\nfrom mypkg import setup\n\nsetup()\ndist.barrier()\n")
     assert sorted(d.code for d in check_paths([tmp_path], select=["FSDP301", "FSDP304"])) == ["FSDP301", "FSDP304"]
 
 
@@ -621,6 +621,7 @@ def test_each_function_of_a_dispatch_table_is_a_path_of_its_own():
     def run_b():
         {device}
         dist.init_process_group("nccl")
+        dist.barrier()
         dist.destroy_process_group()
 
     MODES = {{"a": run_a, "b": run_b}}
@@ -1017,6 +1018,23 @@ def main(model, optimizer, given, flag, extra):
     found = [d.line for d in check_source(source.replace("get_optimizer_state_dict(model, optimizer{arguments})", "get_model_state_dict(model)"),
                                           "train.py", select=["FSDP201"])]
     assert found == [11]
+
+
+def test_fsdp202_a_file_per_rank_holds_that_ranks_shards_not_a_full_state_dict():
+    """ChatLearn's resume: `torch.load(f"model_world_size_{w}_rank_{r}.pt")` reads back the sharded
+    state dict the same rank saved, and loading it into the sharded model works (2 CPU ranks)."""
+    source = """
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+
+def main(model, root):
+    fully_shard(model)
+    path = f"{root}/model_rank_{dist.get_rank()}.pt"
+    model.load_state_dict(torch.load(path))
+    model.load_state_dict(torch.load(f"{root}/model.pt"))
+"""
+    assert [d.line for d in check_source(source, "train.py", select=["FSDP202"])] == [10]
 
 
 def test_keywords_a_dict_passes_reach_the_function_not_the_calls_syntax():
