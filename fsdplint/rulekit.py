@@ -333,7 +333,7 @@ def is_leaf_or_part(flow: Flow, root: Ref, shards: list[Event], at: Event) -> bo
     which is one of that model's units."""
     from fsdplint.model.modules import holds_no_blocks
 
-    return holds_no_blocks(flow, root, at.index) or taken_from_sharded(flow, root, shards)
+    return holds_no_blocks(flow, root, at.index + 1) or taken_from_sharded(flow, root, shards)  # `at` included: `model = FSDP(Net())`
 
 
 def taken_from_sharded(flow: Flow, root: Ref, shards: list[Event]) -> bool:

@@ -26,7 +26,8 @@ class NoDevicePerProcess(Rule):
     (`assert os.environ["LOCAL_RANK"] == "0"`), call a helper of their own that names a device
     (`get_device(...)`), run a single process (`world_size=1`), or use gloo are not reported; nor is a
     script that does nothing with the group but ask its rank and size and destroy it (NCCL builds
-    its communicators, and finds the duplicate GPU, at the first collective).
+    its communicators, and finds the duplicate GPU, at the first collective), nor a test module
+    (`test_*.py`), whose test functions pytest runs and may choose the device.
 
     ## Example
     ```python
@@ -62,6 +63,8 @@ class NoDevicePerProcess(Rule):
         from fsdplint.rulekit import process_group_backend, script_flows
 
         for flow in script_flows(program):
+            if flow.file.is_test:
+                continue  # pytest runs its test functions, which may choose the device before any collective
             if flow.asserted_ranks & {GLOBAL_RANK, LOCAL_RANK} or any(setting.variable == "CUDA_VISIBLE_DEVICES" for setting in flow.of_kind(SET_ENV)):
                 continue  # one process per node (`assert local_rank == 0`), or each process sees its own GPU
             events = list(flow.of_kind(CALL, METHOD))

@@ -73,6 +73,8 @@ class Fsdp1WithoutAutoWrap(Rule):
                 root = event.target
                 if any(t != root and t.overlaps(root) for other in wraps for t in other.targets):
                     continue  # blocks wrapped one by one, and the model around them
+                if flow.sharding_of(root, event.index, fsdp=1) not in (None, event):
+                    continue  # an FSDP module wrapped again: its units are the inner wrap's (vectorlm's test)
                 if is_leaf_or_part(flow, root, wraps, event):
                     continue
                 name = code(event, positional[0].value)

@@ -460,3 +460,21 @@ def test_fsdp1_optimizer_state_saved_to_one_file_is_one_ranks_shard():
     assert saved(", sharding_strategy=ShardingStrategy.NO_SHARD") == []
     assert saved(", sharding_strategy=args.strategy") == []
     assert saved(save='torch.save(FSDP.optim_state_dict(model, optimizer), "optimizer.pt")') == []
+
+
+def test_fsdp401_a_module_with_parameters_only_or_already_wrapped_is_one_unit_rightly():
+    """nvidia-resiliency-ext's test model registers parameters and no sub-module: one flat unit is the
+    only layout. vectorlm wraps again a model FSDP already wrapped with a policy: the inner wrap's
+    units stand. Near miss: a model with blocks wrapped whole is reported."""
+    assert codes("""
+    class Flat(torch.nn.Module):
+        def __init__(self, size, count):
+            super().__init__()
+            for i in range(count):
+                self.register_parameter(f"p{i}", torch.nn.Parameter(torch.rand(size)))
+
+    a = FSDP(Flat((16, 16), 4))
+    inner = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({Block}))
+    outer = FSDP(inner)
+    whole = FSDP(Net())
+    """, select=["FSDP401"]) == [(10, "FSDP401")]

@@ -257,6 +257,8 @@ def one_address(init: str) -> str:
     'def setup(port, host="localhost"):\n        dist.init_process_group("nccl", init_method="tcp://" + host + ":" + str(port))\n    setup(port)',
     'def setup(addr):\n        os.environ["MASTER_ADDR"] = addr\n        dist.init_process_group("nccl")\n    setup("127.0.0.1")',
     'host = "localhost"\n    dist.init_process_group("nccl", init_method=f"tcp://{host}:29500")',
+    # `str()` of a string is that string (nvidia-resiliency-ext's test helpers)
+    'host = "127.0.0.1"\n    os.environ["MASTER_ADDR"] = str(host)\n    dist.init_process_group("nccl", init_method="env://")',
 ])
 def test_a_group_met_at_a_place_of_this_machine_is_on_one_node(init):
     # A file store is a file of this machine (unless a shared file system holds it), the loopback
@@ -402,6 +404,25 @@ def test_a_group_the_script_never_uses_builds_no_communicator(between, expected)
     builds no NCCL communicator, so no duplicate GPU is found; any other work after the init counts."""
     assert codes(f"import logging\nimport torch\nimport torch.distributed as dist\ndist.init_process_group('nccl')\n{between}"
                  "dist.destroy_process_group()\n") == expected
+
+
+def test_a_test_module_that_runs_its_tests_in_process_may_choose_the_device_there():
+    """nvidia-resiliency-ext's `if __name__ == "__main__": setup_distributed(); pytest.main([__file__])`:
+    each test sets the device before its collectives. The same script under another name is reported."""
+    source = textwrap.dedent("""
+    import pytest
+    import torch
+
+    def test_reduce():
+        torch.cuda.set_device(0)
+        torch.distributed.all_reduce(torch.ones(1, device="cuda"))
+
+    if __name__ == "__main__":
+        torch.distributed.init_process_group("nccl")
+        pytest.main([__file__])
+    """)
+    assert [d.code for d in check_source(source, "test_reporting.py", select=["FSDP301"])] == []
+    assert [d.code for d in check_source(source, "reporting.py", select=["FSDP301"])] == ["FSDP301"]
 
 
 @pytest.mark.parametrize("bases, expected", [

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
 
-from fsdplint.model.events import CALL, CALL_VALUE, METHOD
+from fsdplint.model.events import CALL, CALL_VALUE, METHOD, SHARD, WRAP
 from fsdplint.model.names import dotted_name
 from fsdplint.model.syntax import decorator_name, nodes_under
 from fsdplint.model.values import Ref
@@ -32,6 +32,10 @@ _TORCH_CONTAINERS = frozenset({"Sequential", "ModuleList", "ModuleDict", "Transf
 _LIBRARY_LAYERS = frozenset({f"transformer_engine.pytorch.{name}" for name in ("Linear", "LayerNormLinear", "LayerNorm", "RMSNorm", "LayerNormMLP", "GroupedLinear")})
 # Module methods whose result is the module itself (`model = model.to(device)` keeps its identity; `Net().to(device)` is what `Net()` built).
 RETURNS_SELF = frozenset({"to", "cuda", "cpu", "to_empty", "train", "eval", "float", "half", "bfloat16", "requires_grad_", "apply"})
+# Parameters and buffers an `__init__` may make and register without building a module
+# (nvidia-resiliency-ext's test model: `self.register_parameter(name, nn.Parameter(...))` only).
+_PARAMETER_CLASSES = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.Buffer", "torch.nn.parameter.Buffer"})
+_REGISTERS_TENSORS = frozenset({"self.register_parameter", "self.register_buffer"})
 # Builtins an `__init__` may call without building a module.
 _PLAIN_BUILTINS = frozenset({"int", "float", "bool", "str", "len", "max", "min", "range", "round", "abs", "isinstance", "tuple", "list", "print"})
 
@@ -69,7 +73,11 @@ def _calls_bound(flow: Flow, variable: Ref, before: int) -> Iterator[tuple[cst.C
     """The calls whose result was bound to `variable` before event `before`, last first, each with the
     event bound: `Net()` for `model = Net().to(device)`; `model = model.to(device)` names none."""
     for event in reversed(flow.events[:before]):
-        if event.binding != variable or event.kind not in (CALL, CALL_VALUE, METHOD) or type(event.node) is not cst.Call:
+        if event.binding != variable:
+            continue
+        if event.kind in (SHARD, WRAP) and event.args and event.args[0].event is not None:
+            event = event.args[0].event  # `model = FSDP(Net())`: the call that built what it wrapped
+        if event.kind not in (CALL, CALL_VALUE, METHOD) or type(event.node) is not cst.Call:
             continue
         call = event.node
         while type(call.func) is cst.Attribute and call.func.attr.value in RETURNS_SELF and type(call.func.value) is cst.Call:
@@ -93,11 +101,11 @@ def _builds_only_layers(program: Program, file: FileModel, qualname: str) -> boo
             continue
         qualified = file.qualify(func)
         if qualified is not None:
-            if is_layer(qualified) or qualified.startswith("torch.") and not qualified.startswith("torch.nn."):
+            if is_layer(qualified) or qualified in _PARAMETER_CLASSES or qualified.startswith("torch.") and not qualified.startswith("torch.nn."):
                 continue
             return False
         name = dotted_name(func) or ""
-        if name in _PLAIN_BUILTINS:
+        if name in _PLAIN_BUILTINS or name in _REGISTERS_TENSORS:
             continue
         own = file.functions.get(f"{qualname}.{name[len('self.'):]}") if name.startswith("self.") else None
         if own is None or "staticmethod" not in (decorator_name(decorator) for decorator in own.node.decorators):

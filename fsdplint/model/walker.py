@@ -967,8 +967,11 @@ class Walker:
         if qname in distributed.RETURNS_ITS_MODULE and args and args[0].ref is not None:
             return args[0]  # `model = parallelize_module(model, ...)` is still `model`
         built_by = qname if qname is not None else receiver.built_by if type(func) is cst.Attribute and func.attr.value in RETURNS_SELF else None
+        # `str(host)` of a string is that string (nvidia-resiliency-ext's `MASTER_ADDR = str(host)`).
+        text = args[0].text if qname is None and type(func) is cst.Name and func.value == "str" and len(node.args) == 1 \
+            and not node.args[0].keyword and not node.args[0].star else None
         return Value(event=event, params_of=flowing if qname is None else NO_REFS, rank=rank_of_call(qname, func, node, args), built_by=built_by,
-                     constant="None" if qname in distributed.RETURNS_NONE else None,
+                     constant="None" if qname in distributed.RETURNS_NONE else None, text=text,
                      rank_derived=rank_derived_of_call(qname, func, node, args), world_size=world_size_of_call(qname, func, node, args))
 
     def sharding_test(self, node: cst.Call, args: tuple[Value, ...], event: Event, flowing: frozenset[Ref]) -> Value | None:
