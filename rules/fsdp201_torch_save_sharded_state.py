@@ -86,12 +86,9 @@ class TorchSaveShardedState(Rule):
                 if not sharded:
                     wrapped = None if per_rank else _fsdp1_optimizer_state(flow, event.args[0], event.index)
                     if wrapped is not None:
-                        yield Finding(event.file, event.node,
-                                      f"`{what}` holds this rank's shard of the optimizer state (FSDP1 flattens and shards the "
-                                      f"parameters, wrapped at {where(wrapped)}){via(event)}: a file shared by the ranks keeps one "
-                                      f"rank's shard and the other ranks' state is lost; gather it on every rank with "
-                                      f"`FullyShardedDataParallel.optim_state_dict(model, optimizer)` and save on rank 0",
-                                      related=(at(wrapped, "wrapped here"), *calls(flow, event)))
+                        yield _fsdp1_optimizer_finding(flow, event, what, wrapped, "a file shared by the ranks keeps one rank's shard "
+                                                       "and the other ranks' state is lost; gather it on every rank with "
+                                                       "`FullyShardedDataParallel.optim_state_dict(model, optimizer)` and save on rank 0")
                     continue
                 if per_rank:
                     yield Finding(event.file, event.node,
@@ -110,17 +107,14 @@ class TorchSaveShardedState(Rule):
         """`dcp.save({"optimizer": optimizer.state_dict()})` of an FSDP1 optimizer: plain tensors with
         one key and shape on every rank, which DCP takes as replicated and keeps one rank's of (on 2
         CPU ranks, rank 0's `exp_avg` is not restored by `dcp.load`)."""
-        from fsdplint.rulekit import argument, at, calls, code, via, where
+        from fsdplint.rulekit import argument, code
 
         state = argument(event, 0, "state_dict")
         wrapped = _fsdp1_optimizer_state(flow, state[1], event.index) if state is not None else None
         if wrapped is not None:
-            yield Finding(event.file, event.node,
-                          f"`{code(event, state[0])}` holds this rank's shard of the optimizer state as plain tensors (FSDP1 "
-                          f"flattens and shards the parameters, wrapped at {where(wrapped)}){via(event)}: with the same keys "
-                          f"and shapes on every rank, `{code(event, event.node.func)}` takes them as replicated and keeps one "
-                          f"rank's; save `get_optimizer_state_dict(model, optimizer)` instead",
-                          related=(at(wrapped, "wrapped here"), *calls(flow, event)))
+            yield _fsdp1_optimizer_finding(flow, event, code(event, state[0]), wrapped,
+                                           f"its tensors have the same keys and shapes on every rank, and `{code(event, event.node.func)}` "
+                                           f"takes them as replicated and keeps one rank's; save `get_optimizer_state_dict(model, optimizer)` instead")
 
     @staticmethod
     def _fix(flow, event):
@@ -201,3 +195,11 @@ def _fsdp1_optimizer_state(flow, state, before: int):
             if wrap is not None and wrap.kind == WRAP and certainly_shards(wrap):
                 return wrap
     return None
+
+
+def _fsdp1_optimizer_finding(flow, event, what: str, wrapped, why: str) -> Finding:
+    from fsdplint.rulekit import at, calls, via, where
+
+    return Finding(event.file, event.node,
+                   f"`{what}` holds this rank's shard of the optimizer state (FSDP1 flattens and shards the parameters, "
+                   f"wrapped at {where(wrapped)}){via(event)}: {why}", related=(at(wrapped, "wrapped here"), *calls(flow, event)))

@@ -460,6 +460,10 @@ def test_fsdp1_optimizer_state_saved_to_one_file_is_one_ranks_shard():
     assert saved(", sharding_strategy=ShardingStrategy.NO_SHARD") == []
     assert saved(", sharding_strategy=args.strategy") == []
     assert saved(save='torch.save(FSDP.optim_state_dict(model, optimizer), "optimizer.pt")') == []
+    # DCP takes the ranks' plain tensors, alike in keys and shapes, as replicated: one rank's is kept
+    # (2 CPU ranks: `dcp.load` gives rank 0 rank 1's `exp_avg`).
+    assert saved(save='torch.distributed.checkpoint.save({"optimizer": optimizer.state_dict()}, checkpoint_id="ck")') == [(4, "FSDP201")]
+    assert saved(save='torch.distributed.checkpoint.save({"model": model.state_dict()}, checkpoint_id="ck")') == []
 
 
 def test_fsdp401_a_module_with_parameters_only_or_already_wrapped_is_one_unit_rightly():
