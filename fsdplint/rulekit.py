@@ -242,13 +242,16 @@ def script_flows(program) -> Iterator[Flow]:
 
 
 def spawns(program) -> Iterator[tuple[Flow, Event, FunctionInfo]]:
-    """Each `torch.multiprocessing.spawn(fn, ...)` (or `start_processes`) in each flow, with the function
-    of the run it starts: `fn` is passed, not called, so the model does not walk into it."""
+    """Each `torch.multiprocessing.spawn(fn, ...)` (or `start_processes`) and `multiprocessing.Process(
+    target=fn)` in each flow, with the function of the run it starts in a new process: `fn` is passed,
+    not called, so the model does not walk into it."""
     from fsdplint.model import CALL
 
     for flow in program.flows:
         for event in flow.of_kind(CALL):
-            if event.qname in distributed.PROCESS_SPAWNERS and (fn := argument(event, 0, "fn")) is not None:
+            fn = argument(event, 0, "fn") if event.qname in distributed.PROCESS_SPAWNERS else \
+                argument(event, 1, "target") if event.qname in distributed.PROCESS_CLASSES else None
+            if fn is not None:
                 node, value = fn
                 function = value.callees[0] if len(value.callees) == 1 else program.resolve_callable(event.file, event.function, node)
                 if function is not None:

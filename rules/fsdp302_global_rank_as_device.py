@@ -100,7 +100,7 @@ class GlobalRankAsDevice(Rule):
                 known_callee = event.kind in (METHOD, WRAP) or distributed.is_torch_name(event.qname or "")
                 keywords = () if known_callee else {id(arg.value) for arg in event.node.args if arg.keyword is not None}
                 for node, value in ranks:
-                    if id(node) in keywords or one_node.shown(flow, event):
+                    if id(node) in keywords or one_node.shown(flow, event, from_group=value.rank.variable is None):
                         continue
                     if value.rank.formatted and value.ref is not None:
                         # A device string held in a variable: one finding, at its first use.
@@ -163,14 +163,15 @@ class _OneNode:
                 spawned[key] = spawned.get(key, True) and _spawns_whole_job(flow, event)
         return spawned
 
-    def shown(self, flow, event) -> bool:
-        """The run of `event` in `flow` is on one machine, on every path the program shows to it."""
-        if self._shown_on(flow, event):
+    def shown(self, flow, event, from_group: bool = False) -> bool:
+        """The run of `event` in `flow` is on one machine, on every path the program shows to it;
+        `from_group`: the rank it uses was asked of the process group (a call), not read from the environment."""
+        if self._shown_on(flow, event, from_group):
             return True
         if flow.is_entry:
             return False
         reaching = self.reaching(event)
-        return bool(reaching) and all(self._shown_on(entry, inlined) for entry, inlined in reaching)
+        return bool(reaching) and all(self._shown_on(entry, inlined, from_group) for entry, inlined in reaching)
 
     def reaching(self, event) -> list:
         """The events of the flows no flow calls that are `event`, inlined there through calls, each with its flow."""
@@ -186,16 +187,22 @@ class _OneNode:
                     events.setdefault(id(event.node), []).append((flow, event))
         return events
 
-    def _shown_on(self, flow, event) -> bool:
+    def _shown_on(self, flow, event, from_group: bool) -> bool:
         from fsdplint import distributed
         from fsdplint.model import CALL
 
         is_spawned = flow.is_entry and flow.function is not None and id(flow.function.node) in self.spawned
         if is_spawned and self.spawned[id(flow.function.node)]:
             return True
-        return any(init.qname == distributed.INIT_PROCESS_GROUP and init.on_every_path_to(event)
-                   and (_meets_locally(flow, init) or is_spawned and _spawn_index_in_fixed_world(flow, init))
-                   for init in flow.of_kind(CALL))
+        inits = [init for init in flow.of_kind(CALL) if init.qname == distributed.INIT_PROCESS_GROUP]
+        if any(init.on_every_path_to(event) and (_meets_locally(flow, init) or is_spawned and _spawn_index_in_fixed_world(flow, init))
+               for init in inits):
+            return True
+        # A new process has no group but the ones it starts: where each it may have started before the
+        # event meets locally, a rank the group gives (`get_rank()`) is on this machine (nvidia-resiliency-ext's
+        # workers meet at 127.0.0.1 or at a file store, one `if` arm each).
+        before = [init for init in inits if init.index < event.index and not init.excludes(event)]
+        return is_spawned and from_group and bool(before) and all(_meets_locally(flow, init) for init in before)
 
 
 def _spawns_whole_job(flow, spawn) -> bool:
@@ -206,6 +213,8 @@ def _spawns_whole_job(flow, spawn) -> bool:
     from fsdplint import distributed
     from fsdplint.rulekit import argument
 
+    if spawn.qname in distributed.PROCESS_CLASSES:
+        return False  # one process: how many the program starts is not known here
     nprocs = argument(spawn, 2, "nprocs")
     if nprocs is None:
         return not any(arg.star for arg in spawn.node.args)  # `mp.spawn(fn, **options)` may pass it

@@ -152,6 +152,35 @@ def spawned(nprocs: str, init: str = 'dist.init_process_group("nccl")') -> str:
     """
 
 
+@pytest.mark.parametrize("tcp_address, rank, expected", [
+    ('"127.0.0.1"', "torch.distributed.get_rank()", []),
+    ("address", "torch.distributed.get_rank()", [13]),  # one arm meets anywhere
+    ('"127.0.0.1"', 'int(os.environ["RANK"])', [13]),  # the environment's rank, not the group's
+])
+def test_a_process_the_program_starts_whose_every_group_meets_locally_is_on_one_node(tcp_address, rank, expected):
+    """nvidia-resiliency-ext's workers, `multiprocessing.Process(target=worker)`, meet at 127.0.0.1 or at
+    a file store, one `if` arm each: a new process has no group but the ones it starts, so the rank its
+    group gives is on this machine."""
+    assert fsdp302_lines(f"""
+    import multiprocessing
+    import os
+    import torch
+
+    def worker(rank, store, path, address):
+        if store == "tcp":
+            os.environ["MASTER_ADDR"] = str({tcp_address})
+            torch.distributed.init_process_group("nccl", init_method="env://")
+        elif store == "file":
+            torch.distributed.init_process_group("nccl", init_method=f"file://{{path}}", rank=rank, world_size=2)
+        rank = {rank}
+        torch.cuda.set_device(rank)
+
+    def start(store, path, address):
+        for rank in range(2):
+            multiprocessing.Process(target=worker, args=(rank, store, path, address)).start()
+    """) == expected
+
+
 @pytest.mark.parametrize("spawn", [
     "mp.spawn(worker, args=(world_size,), nprocs=torch.cuda.device_count())",
     "mp.spawn(worker, args=(world_size,), nprocs=torch.accelerator.device_count())",
