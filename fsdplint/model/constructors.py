@@ -13,7 +13,7 @@ is not a class of the run (other than `nn.Module` and `object`) may set anything
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 import libcst as cst
 
@@ -48,7 +48,7 @@ def stored_attributes(program: Program, file: FileModel, qualname: str) -> dict[
 
 
 def constant_attributes(program: Program, file: FileModel, qualname: str, call: cst.Call, args: tuple[Value, ...],
-                        kwargs: dict[str, Value]) -> dict[str, str]:
+                        kwargs: Mapping[str, Value]) -> dict[str, str]:
     """The attributes that hold a literal (`None`, `True`, `False`, an integer) after `call` constructs
     an object of the class: a literal stored, or a parameter given one at the call or left to its
     literal default. Nothing where the call spreads `*args` or `**kwargs`."""

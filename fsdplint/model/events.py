@@ -5,12 +5,12 @@ from __future__ import annotations
 import enum
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 import libcst as cst
 
 from fsdplint.model.syntax import holds_statement, parts_that_hold, statements_of, suites_of
-from fsdplint.model.values import Arms, Ref, Value
+from fsdplint.model.values import NO_KEYWORDS, Arms, Ref, Value
 
 if TYPE_CHECKING:
     from fsdplint.model.files import FileModel, FunctionInfo
@@ -111,7 +111,7 @@ class Event:
     qname: str | None = None
     method: str | None = None
     args: tuple[Value, ...] = ()
-    kwargs: dict[str, Value] = field(default_factory=dict)
+    kwargs: Mapping[str, Value] = field(default_factory=lambda: NO_KEYWORDS)  # the shared empty one unless given
     params_of: frozenset[Ref] = frozenset()  # OPTIMIZER
     binding: Ref | None = None  # what the call's result was assigned to
     with_item: bool = False  # the call is the context manager of a `with`

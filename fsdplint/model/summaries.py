@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from fsdplint.model.events import Event, RankGuard
 from fsdplint.model.flow import Loop, Write
 from fsdplint.model.names import dotted_name
-from fsdplint.model.values import Element, Ref, Value
+from fsdplint.model.values import NO_KEYWORDS, Element, Ref, Value
 
 if TYPE_CHECKING:
     from fsdplint.model.flow import Flow
@@ -273,7 +273,7 @@ class Copier:
         copy = Event(event.kind, event.node, event.file, event.statement, event.parents, self.chain(event.chain),
                      event.index + self.index_offset, self.refs(targets) if targets else targets, event.qname, event.method,
                      tuple(map(value, event.args)) if event.args else event.args,
-                     {key: value(arg) for key, arg in event.kwargs.items()} if event.kwargs else {},
+                     {key: value(arg) for key, arg in event.kwargs.items()} if event.kwargs else NO_KEYWORDS,
                      self.refs(event.params_of) if event.params_of else event.params_of, self.ref(binding), event.with_item, event.function,
                      self.rebase("outer", event.outer, around.outer, self.around.outer, _same), self.rank_guards(event.rank_guards),
                      self.arms(event.arms), self.rebase("call_sites", event.call_sites, around.call_sites, self.around.call_sites, _same),

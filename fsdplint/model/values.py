@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 if TYPE_CHECKING:
     from fsdplint.model.events import Event
@@ -108,6 +109,7 @@ class Element:
 
 
 NO_REFS: frozenset[Ref] = frozenset()  # the one empty set of refs: each empty frozenset is 216 bytes of its own
+NO_KEYWORDS: Mapping[str, Value] = MappingProxyType({})  # the one empty, read-only mapping of a call's keywords (most calls)
 
 
 def refs_of(values: Iterable[Value]) -> frozenset[Ref]:

@@ -6,7 +6,7 @@ import dataclasses
 import operator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
 
 import libcst as cst
 
@@ -73,6 +73,7 @@ from fsdplint.model.syntax import (
 )
 from fsdplint.model.values import (
     ANY_ELEMENT,
+    NO_KEYWORDS,
     NO_REFS,
     RANK_NUMBER,
     RANK_PART,
@@ -856,7 +857,7 @@ class Walker:
         func = node.func
         receiver = self.expr(func.value, statement, parents) if type(func) is cst.Attribute else Value()
         args = tuple(self.expr(arg.value, statement, parents) for arg in node.args if arg.keyword is None and not arg.star)
-        kwargs = {arg.keyword.value: self.expr(arg.value, statement, parents) for arg in node.args if arg.keyword is not None}
+        kwargs = {arg.keyword.value: self.expr(arg.value, statement, parents) for arg in node.args if arg.keyword is not None} or NO_KEYWORDS
         spread = [self.expr(arg.value, statement, parents) for arg in node.args if arg.star == "**"]
         # `f(**config)` of a dict written out: the keywords it gives the function called (not the call's
         # own, which events and rules read from its syntax), and every argument is known.
@@ -1053,7 +1054,7 @@ class Walker:
         candidates = self.flow.program.methods_named((dotted_name(built_by.node.func) or "").rsplit(".", 1)[-1], func.attr.value)
         return candidates[0] if len(candidates) == 1 else None
 
-    def call_value(self, node: cst.Call, args: tuple[Value, ...], kwargs: dict[str, Value], statement: cst.CSTNode, parents: tuple) -> Value:
+    def call_value(self, node: cst.Call, args: tuple[Value, ...], kwargs: Mapping[str, Value], statement: cst.CSTNode, parents: tuple) -> Value:
         """A call of a value: a function taken from a dispatch table (`MODES[mode]()`), or one a name was bound to."""
         function = self.expr(node.func, statement, parents)
         if not function.callees:
@@ -1065,7 +1066,7 @@ class Walker:
             args, kwargs = self.forwarded  # `fn(*args, **kwargs)` in a decorator's wrapper: the decorated call's arguments
         return self.call_one_of(function.callees, node, args, kwargs, statement, parents)
 
-    def call_one_of(self, callees: tuple[FunctionInfo, ...], node: cst.Call, args: tuple[Value, ...], kwargs: dict[str, Value],
+    def call_one_of(self, callees: tuple[FunctionInfo, ...], node: cst.Call, args: tuple[Value, ...], kwargs: Mapping[str, Value],
                     statement: cst.CSTNode, parents: tuple) -> Value:
         """Calls one of `callees`: each in an arm of its own, which of them not known."""
         if len(callees) == 1:
@@ -1099,7 +1100,7 @@ class Walker:
                 return wrappers[0], holder
         return None
 
-    def inline(self, callee: FunctionInfo, node: cst.Call, args: tuple[Value, ...], kwargs: dict[str, Value], receiver: Value, statement: cst.CSTNode, parents: tuple) -> Value:
+    def inline(self, callee: FunctionInfo, node: cst.Call, args: tuple[Value, ...], kwargs: Mapping[str, Value], receiver: Value, statement: cst.CSTNode, parents: tuple) -> Value:
         callee.called = True
         self.flow.attempted.append((id(callee.node), self.depth))
         if self.depth >= _MAX_INLINE_DEPTH or id(callee.node) in self.stack or callee.name in self.patched or self.raising:
