@@ -233,7 +233,7 @@ def over_a_group(event: Event) -> bool:
 
 def script_flows(program) -> Iterator[Flow]:
     """The flows that run a script from start to end: each file's top level (with `main()` and what it
-    calls inlined) and the functions `torch.multiprocessing.spawn(fn, ...)` starts. A function no
+    calls inlined) and the functions `torch.multiprocessing.spawn(fn, ...)` or `multiprocessing.Process(target=fn)` start. A function no
     checked file calls may be called by code fsdplint cannot see, which may do what it lacks."""
     spawned = {id(function.node) for _, _, function in spawns(program)}
     for flow in program.flows:

@@ -435,6 +435,42 @@ def test_a_group_the_script_never_uses_builds_no_communicator(between, expected)
                  "dist.destroy_process_group()\n") == expected
 
 
+def test_a_process_that_serves_forever_after_its_init_is_stopped_not_torn_down():
+    """LLaMA2-Accessory's and chameleon's model workers (`multiprocessing.Process` targets): the NCCL
+    group serves a `while True:` loop the process never leaves normally. A loop with a `break`, or a
+    helper's init followed by the caller's endless loop, are told apart."""
+    assert codes(textwrap.dedent("""
+    import multiprocessing
+    import torch.distributed as dist
+
+    def serve(queue):
+        dist.init_process_group("nccl")
+        dist.barrier()
+        while True:
+            queue.get()
+
+    def worker(queue):
+        dist.init_process_group("nccl")
+        dist.barrier()
+        while True:
+            if queue.get() is None:
+                break
+
+    def setup():
+        dist.init_process_group("nccl")
+
+    def main(queue):
+        setup()
+        dist.barrier()
+        while True:
+            queue.get()
+
+    if __name__ == "__main__":
+        for target in (serve, worker, main):
+            multiprocessing.Process(target=target, args=(1,)).start()
+    """)) == [(6, "FSDP301"), (12, "FSDP301"), (12, "FSDP304"), (19, "FSDP301")]
+
+
 def test_a_test_module_that_runs_its_tests_in_process_may_choose_the_device_there():
     """nvidia-resiliency-ext's `if __name__ == "__main__": setup_distributed(); pytest.main([__file__])`:
     each test sets the device before its collectives. The same script under another name is reported."""

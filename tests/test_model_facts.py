@@ -1033,6 +1033,40 @@ def main(config, flag):
     assert runs(base="(Library)", base_import="from library import Library")
 
 
+def test_an_if_on_a_literal_takes_one_arm():
+    """`if True: ... else: ...` runs its body only, `if False:` and `if 0:` their `else` (WeatherGenerator's
+    probe: a literal test still let the `else` arm's state dict reach `torch.save`)."""
+    source = """
+import torch.distributed as dist
+
+def main():
+    if {test}:
+        dist.barrier()
+    else:
+        dist.all_reduce(x)
+"""
+    for test, reached in [("True", {"barrier"}), ("False", {"all_reduce"}), ("0", {"all_reduce"}), ("1", {"barrier"}),
+                          ("flag", {"barrier", "all_reduce"})]:
+        flow = flow_of(program_of(source.format(test=test)), "main")
+        assert {event.qname.rsplit(".", 1)[-1] for event in flow.events if event.qname and event.qname.startswith("torch.distributed")} == reached, test
+
+
+@pytest.mark.parametrize("loop, forever", [
+    ("while True:\n    serve(queue.get())", True),
+    ("while 1:\n    for x in queue.get():\n        if x is None:\n            break", True),  # the inner loop's break
+    ("while True:\n    if failed():\n        raise RuntimeError", True),  # it stops by an error only
+    ("while True:\n    def stop():\n        return\n    serve(stop)", True),
+    ("while True:\n    if queue.get() is None:\n        break", False),
+    ("while True:\n    if done():\n        return", False),
+    ("while True:\n    if done():\n        sys.exit(0)", False),
+    ("while running:\n    serve(queue.get())", False),
+])
+def test_a_loop_nothing_leaves_normally_runs_forever(loop, forever):
+    from fsdplint.model.syntax import runs_forever
+
+    assert runs_forever(cst.parse_statement(loop)) is forever
+
+
 def test_is_none_on_a_parameter_given_a_literal():
     """`if flag is not None:` with `flag=True` passed runs its arm (the test once read as a chained
     comparison, `(known == "None") == type(op) is Is`, and was false for every literal but None)."""

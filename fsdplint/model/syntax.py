@@ -292,6 +292,27 @@ def is_group_range(node: cst.Comparison) -> bool:
             and not all(type(bound) is cst.Integer for bound in bounds))
 
 
+def runs_forever(statement: cst.CSTNode) -> bool:
+    """`while True:` (or `while 1:`) that nothing in its body leaves normally: no `break` of its own, no
+    `return`, no exit call (a server's loop, which may still stop by an error it raises). Code after
+    it never runs, and a function that reaches it never returns."""
+    if type(statement) is not cst.While or not (type(statement.test) is cst.Name and statement.test.value == "True"
+                                                 or type(statement.test) is cst.Integer and statement.test.value != "0"):
+        return False
+    pending: list[tuple[cst.CSTNode, bool]] = [(child, False) for child in statement.body.children]
+    while pending:
+        node, in_inner_loop = pending.pop()
+        if type(node) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+            continue  # its own code, run only where called
+        if type(node) is cst.Return or type(node) is cst.Break and not in_inner_loop:
+            return False
+        if type(node) is cst.Call and dotted_name(node.func) in _ENDS_PROCESS:
+            return False
+        inner = in_inner_loop or type(node) in (cst.For, cst.While)
+        pending.extend((child, inner) for child in node.children)
+    return True
+
+
 def holds_statement(suite: cst.BaseSuite, statement: cst.CSTNode) -> bool:
     """Whether `statement` is one of the block's own statements."""
     return type(suite) is cst.IndentedBlock and any(s is statement for s in suite.body)

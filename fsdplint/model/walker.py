@@ -458,7 +458,9 @@ class Walker:
 
     def parameter_constant(self, node: cst.CSTNode) -> str | None:
         """The literal a parameter was passed, a name assigned once was given, or an attribute of
-        `self` holds since its constructor (`constructed_attributes`)."""
+        `self` holds since its constructor (`constructed_attributes`); a literal is itself (`if True:`)."""
+        if type(node) is cst.Integer or type(node) is cst.Name and node.value in CONSTANTS:
+            return node.value
         if type(node) not in (cst.Name, cst.Attribute):
             return None
         value = self.env.get(dotted_name(node))
