@@ -1037,6 +1037,34 @@ def main(model, root):
     assert [d.line for d in check_source(source, "train.py", select=["FSDP202"])] == [10]
 
 
+def test_fsdp201_a_helper_whose_other_path_returns_another_object_is_not_known_to_return_the_state():
+    """WeatherGenerator's `_get_full_model_state_dict`: `if fsdp: return gathered` (full tensors) `else:
+    return sd`, the sharded state only where the model was not sharded (the same test). What a function
+    returns is what holds on both paths; a `None` the other path returns weighs nothing."""
+    source = """
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+
+def full_state(cfg, model):
+    sd = model.state_dict()
+    if cfg.fsdp:
+        {first}
+    return sd
+
+def main(cfg, model):
+    if cfg.fsdp:
+        fully_shard(model)
+    state = full_state(cfg, model)
+    if dist.get_rank() == 0:
+        torch.save(state, "model.pt")
+"""
+    gathered = "out = {}\n        for k, v in sd.items():\n            out[k] = v.full_tensor()\n        return out"
+    for first, reported in [(gathered, False), ("return None", True), ("pass", True)]:
+        found = [d.code for d in check_source(source.format(first=first), "train.py", select=["FSDP201"])]
+        assert found == (["FSDP201"] if reported else []), first
+
+
 def test_keywords_a_dict_passes_reach_the_function_not_the_calls_syntax():
     # tiny-grpo: `fully_shard(module, **fsdp_kwargs)` with `fsdp_kwargs = {"mesh": mesh, ...}`: rules read a
     # call's keywords from its syntax (FSDP112 asked for the `mesh=` node and failed on the dict's).

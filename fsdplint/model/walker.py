@@ -1207,14 +1207,20 @@ def _returned_on_either_path(earlier: Value, later: Value) -> Value:
 
 
 def _same_on_both(chosen: Value, other: Value) -> Value:
-    """`chosen`, without the literals that hold on its path only (`return 0, 1` after `return rank, size`)."""
+    """`chosen`, without the literals that hold on its path only (`return 0, 1` after `return rank, size`),
+    nor the modules whose parameters or state it holds on its path only, where the other path returns
+    an object too (WeatherGenerator's `if fsdp: return gathered` ... `else: return sd`: only the `else`
+    arm's holds the sharded module's state); a `None` the other path returns holds nothing to weigh."""
     elements = chosen.elements
     if elements is not None:
         others = other.elements if other.elements is not None and len(other.elements) == len(elements) else (Value(),) * len(elements)
         elements = tuple(_same_on_both(element, other_element) for element, other_element in zip(elements, others))
-    if chosen.constant == other.constant and (elements is None or all(map(operator.is_, elements, chosen.elements))):
+    returns_object = other.constant != "None" and (other.event is not None or other.ref is not None or other.elements is not None)
+    params_of = chosen.params_of & other.params_of if returns_object and chosen.params_of != other.params_of else chosen.params_of
+    if chosen.constant == other.constant and params_of is chosen.params_of and (elements is None or all(map(operator.is_, elements, chosen.elements))):
         return chosen
-    return dataclasses.replace(chosen, constant=chosen.constant if chosen.constant == other.constant else None, elements=elements)
+    return dataclasses.replace(chosen, constant=chosen.constant if chosen.constant == other.constant else None, elements=elements,
+                               params_of=params_of or NO_REFS)
 
 
 def _formatted_rank(parts: Iterable[Value]) -> Rank | None:
