@@ -1060,6 +1060,8 @@ def main():
     ("while True:\n    if done():\n        return", False),
     ("while True:\n    if done():\n        sys.exit(0)", False),
     ("while running:\n    serve(queue.get())", False),
+    ("with torch.autocast('cuda'):\n    while True:\n        serve(queue.get())", True),
+    ("with torch.autocast('cuda'):\n    while True:\n        break", False),
 ])
 def test_a_loop_nothing_leaves_normally_runs_forever(loop, forever):
     from fsdplint.model.syntax import runs_forever

@@ -294,8 +294,11 @@ def is_group_range(node: cst.Comparison) -> bool:
 
 def runs_forever(statement: cst.CSTNode) -> bool:
     """`while True:` (or `while 1:`) that nothing in its body leaves normally: no `break` of its own, no
-    `return`, no exit call (a server's loop, which may still stop by an error it raises). Code after
-    it never runs, and a function that reaches it never returns."""
+    `return`, no exit call (a server's loop, which may still stop by an error it raises); or a `with`
+    block that reaches one at its top level (Lumina's `with torch.autocast(...): while True:`). Code
+    after it never runs, and a function that reaches it never returns."""
+    if type(statement) is cst.With:
+        return any(runs_forever(inner) for inner in statements_of(statement.body))
     if type(statement) is not cst.While or not (type(statement.test) is cst.Name and statement.test.value == "True"
                                                  or type(statement.test) is cst.Integer and statement.test.value != "0"):
         return False
