@@ -73,8 +73,6 @@ MAIN_PROCESS_DECORATORS = frozenset({"rank_zero_only", "on_main_process", "on_lo
 # Launchers that start processes of a function on this machine, taking (fn, args, nprocs, ...) by position;
 # the function gets the index of its process as its first argument.
 PROCESS_SPAWNERS = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"})
-# Classes whose object runs `target=` in a new process of this machine, one process each.
-PROCESS_CLASSES = frozenset({"multiprocessing.Process", "multiprocessing.context.Process", "torch.multiprocessing.Process"})
 # Calls that count this machine's accelerators.
 DEVICE_COUNTS = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count", "torch.xpu.device_count"})
 INIT_PROCESS_GROUP = "torch.distributed.init_process_group"

@@ -233,7 +233,7 @@ def over_a_group(event: Event) -> bool:
 
 def script_flows(program) -> Iterator[Flow]:
     """The flows that run a script from start to end: each file's top level (with `main()` and what it
-    calls inlined) and the functions `torch.multiprocessing.spawn(fn, ...)` or `multiprocessing.Process(target=fn)` start. A function no
+    calls inlined) and the functions `torch.multiprocessing.spawn(fn, ...)` starts. A function no
     checked file calls may be called by code fsdplint cannot see, which may do what it lacks."""
     spawned = {id(function.node) for _, _, function in spawns(program)}
     for flow in program.flows:
@@ -242,15 +242,15 @@ def script_flows(program) -> Iterator[Flow]:
 
 
 def spawns(program) -> Iterator[tuple[Flow, Event, FunctionInfo]]:
-    """Each `torch.multiprocessing.spawn(fn, ...)` (or `start_processes`) and `multiprocessing.Process(
-    target=fn)` in each flow, with the function of the run it starts in a new process: `fn` is passed,
-    not called, so the model does not walk into it."""
+    """Each `torch.multiprocessing.spawn(fn, ...)` (or `start_processes`) in each flow, with the function
+    of the run it starts in new processes: `fn` is passed, not called, so the model does not walk into
+    it. (Not `multiprocessing.Process(target=fn, args=...)`: what `fn`'s parameters hold there, which
+    the flow of `fn` does not know, decides what it does, such as its backend's default.)"""
     from fsdplint.model import CALL
 
     for flow in program.flows:
         for event in flow.of_kind(CALL):
-            fn = argument(event, 0, "fn") if event.qname in distributed.PROCESS_SPAWNERS else \
-                argument(event, 1, "target") if event.qname in distributed.PROCESS_CLASSES else None
+            fn = argument(event, 0, "fn") if event.qname in distributed.PROCESS_SPAWNERS else None
             if fn is not None:
                 node, value = fn
                 function = value.callees[0] if len(value.callees) == 1 else program.resolve_callable(event.file, event.function, node)

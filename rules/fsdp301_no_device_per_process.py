@@ -20,7 +20,7 @@ class NoDevicePerProcess(Rule):
     on CUDA device`. The other GPUs stay idle.
 
     Only whole scripts are checked (a file's top level and what it calls, or a function started by
-    `torch.multiprocessing.spawn` or `multiprocessing.Process`), since a caller fsdplint cannot see may choose the device; so is a
+    `torch.multiprocessing.spawn`), since a caller fsdplint cannot see may choose the device; so is a
     constructor of the script's own classes other than modules (`Trainer(...)`). Scripts
     that set `CUDA_VISIBLE_DEVICES` per process, assert that they run one process per node
     (`assert os.environ["LOCAL_RANK"] == "0"`), call a helper of their own that names a device

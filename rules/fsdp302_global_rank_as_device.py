@@ -213,8 +213,6 @@ def _spawns_whole_job(flow, spawn) -> bool:
     from fsdplint import distributed
     from fsdplint.rulekit import argument
 
-    if spawn.qname in distributed.PROCESS_CLASSES:
-        return False  # one process: how many the program starts is not known here
     nprocs = argument(spawn, 2, "nprocs")
     if nprocs is None:
         return not any(arg.star for arg in spawn.node.args)  # `mp.spawn(fn, **options)` may pass it

@@ -27,8 +27,7 @@ class ProcessGroupNotDestroyed(Rule):
     or of the script's): it is stopped, never torn down.
 
     The script is a file's top level (what runs when it is launched, `main()` under
-    `if __name__ == "__main__":` included) or a function handed to `torch.multiprocessing.spawn` or
-    `multiprocessing.Process(target=...)`.
+    `if __name__ == "__main__":` included) or a function handed to `torch.multiprocessing.spawn`.
     A `destroy_process_group()` anywhere after the initialization counts, through calls to
     functions of the checked files, in a `finally:` block, or registered with `atexit`; so does a
     library method that destroys it (accelerate's `Accelerator.end_training()`).

@@ -22,7 +22,7 @@ class DistributedCallBeforeInit(Rule):
 
     Only what a script shows to run first is reported: the top level of a file written to be run
     (it has `if __name__ == "__main__":` and no other checked file imports it), with the functions
-    it calls followed, or a function started by `torch.multiprocessing.spawn` or `multiprocessing.Process`. The call must come
+    it calls followed, or a function started by `torch.multiprocessing.spawn`. The call must come
     before anything that could have started the group: `init_process_group`, `init_device_mesh`
     or `fully_shard` with no mesh (both start one themselves), any other `torch.distributed` call,
     a call fsdplint cannot follow (a library such as accelerate, lightning or deepspeed, or a

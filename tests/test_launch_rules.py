@@ -158,13 +158,13 @@ def spawned(nprocs: str, init: str = 'dist.init_process_group("nccl")') -> str:
     ('"127.0.0.1"', 'int(os.environ["RANK"])', [13]),  # the environment's rank, not the group's
 ])
 def test_a_process_the_program_starts_whose_every_group_meets_locally_is_on_one_node(tcp_address, rank, expected):
-    """nvidia-resiliency-ext's workers, `multiprocessing.Process(target=worker)`, meet at 127.0.0.1 or at
-    a file store, one `if` arm each: a new process has no group but the ones it starts, so the rank its
-    group gives is on this machine."""
+    """nvidia-resiliency-ext's workers meet at 127.0.0.1 or at a file store, one `if` arm each: a new
+    process has no group but the ones it starts, so the rank its group gives is on this machine (here
+    started by `mp.spawn` with a count not known, so not known to be the whole job)."""
     assert fsdp302_lines(f"""
-    import multiprocessing
     import os
     import torch
+    import torch.multiprocessing as mp
 
     def worker(rank, store, path, address):
         if store == "tcp":
@@ -175,9 +175,8 @@ def test_a_process_the_program_starts_whose_every_group_meets_locally_is_on_one_
         rank = {rank}
         torch.cuda.set_device(rank)
 
-    def start(store, path, address):
-        for rank in range(2):
-            multiprocessing.Process(target=worker, args=(rank, store, path, address)).start()
+    def start(store, path, address, count):
+        mp.spawn(worker, args=(store, path, address), nprocs=count)
     """) == expected
 
 
@@ -436,20 +435,20 @@ def test_a_group_the_script_never_uses_builds_no_communicator(between, expected)
 
 
 def test_a_process_that_serves_forever_after_its_init_is_stopped_not_torn_down():
-    """LLaMA2-Accessory's and chameleon's model workers (`multiprocessing.Process` targets): the NCCL
-    group serves a `while True:` loop the process never leaves normally. A loop with a `break`, or a
-    helper's init followed by the caller's endless loop, are told apart."""
+    """LLaMA2-Accessory's and chameleon's model workers: the NCCL group serves a `while True:` loop the
+    process never leaves normally. A loop with a `break`, or a helper's init followed by the caller's
+    endless loop, are told apart."""
     assert codes(textwrap.dedent("""
-    import multiprocessing
+    import torch.multiprocessing as mp
     import torch.distributed as dist
 
-    def serve(queue):
+    def serve(index, queue):
         dist.init_process_group("nccl")
         dist.barrier()
         while True:
             queue.get()
 
-    def worker(queue):
+    def worker(index, queue):
         dist.init_process_group("nccl")
         dist.barrier()
         while True:
@@ -459,15 +458,16 @@ def test_a_process_that_serves_forever_after_its_init_is_stopped_not_torn_down()
     def setup():
         dist.init_process_group("nccl")
 
-    def main(queue):
+    def main(index, queue):
         setup()
         dist.barrier()
         while True:
             queue.get()
 
     if __name__ == "__main__":
-        for target in (serve, worker, main):
-            multiprocessing.Process(target=target, args=(1,)).start()
+        mp.spawn(serve, args=(1,), nprocs=2)
+        mp.spawn(worker, args=(1,), nprocs=2)
+        mp.spawn(main, args=(1,), nprocs=2)
     """)) == [(6, "FSDP301"), (12, "FSDP301"), (12, "FSDP304"), (19, "FSDP301")]
 
 
