@@ -108,7 +108,7 @@ class FullyShardAppliedTwice(Rule):
             return None
         holder = second.parents[-1] if second.parents else second.function.node if second.function else None
         if holder is None:
-            block = list(second.file.module.body)
+            block = statements_of(second.file.module)
         else:
             block = next((statements_of(suite) for suite in (suites_of(holder) if second.parents else (holder.body,))
                           if any(s is statement for s in statements_of(suite))), [])

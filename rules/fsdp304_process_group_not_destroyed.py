@@ -84,15 +84,13 @@ def _serves_forever_after(flow, init) -> bool:
     """After the init, the function that holds it or the flow's own function reaches, at the top level
     of its body, a loop nothing leaves (`while True:` serving requests, LLaMA2-Accessory's and
     chameleon's model workers): the process never gets to its end, and is stopped, not torn down."""
-    import libcst as cst
-
     from fsdplint.model.syntax import runs_forever, statements_of
 
     levels = [(init.function.node.body if init.function else init.file.module, (*init.parents, init.statement)[0])]
     if init.outer:
         levels.append((flow.function.node.body if flow.function else flow.file.module, init.outer[0]))
     for body, holder in levels:
-        statements = list(body.body) if type(body) is cst.Module else statements_of(body)
+        statements = statements_of(body)
         position = next((index for index, statement in enumerate(statements) if statement is holder), None)
         if position is not None and any(runs_forever(statement) for statement in statements[position + 1:]):
             return True

@@ -37,13 +37,14 @@ class Stored:
     literal: str | None = None
 
 
-def stored_attributes(program: Program, file: FileModel, qualname: str) -> dict[str, Stored]:
-    """The attributes an object of the class holds, when its constructor returns, from the
-    constructor's parameters or literals (see the module's docstring); cached per class."""
+def stored_attributes(program: Program, file: FileModel, qualname: str) -> tuple[FunctionInfo | None, dict[str, Stored]]:
+    """The class's constructor, and the attributes an object of the class holds when it returns, from
+    the constructor's parameters or literals (see the module's docstring); cached per class."""
     key = (id(file), qualname)
     known = program.constructor_attributes.get(key)
     if known is None:
-        known = program.constructor_attributes[key] = _stored(program, file, qualname)
+        init = program.method_of_class(file, qualname, "__init__")
+        known = program.constructor_attributes[key] = (init, _stored(program, file, qualname, init) if init else {})
     return known
 
 
@@ -52,9 +53,8 @@ def constant_attributes(program: Program, file: FileModel, qualname: str, call: 
     """The attributes that hold a literal (`None`, `True`, `False`, an integer) after `call` constructs
     an object of the class: a literal stored, or a parameter given one at the call or left to its
     literal default. Nothing where the call spreads `*args` or `**kwargs`."""
-    stored = stored_attributes(program, file, qualname)
-    init = program.method_of_class(file, qualname, "__init__")
-    if not stored or init is None or any(arg.star for arg in call.args):
+    init, stored = stored_attributes(program, file, qualname)
+    if not stored or any(arg.star for arg in call.args):
         return {}
     given = dict(zip(init.params[1:], args)) | kwargs
     constants = {}
@@ -69,12 +69,9 @@ def constant_attributes(program: Program, file: FileModel, qualname: str, call: 
     return constants
 
 
-def _stored(program: Program, file: FileModel, qualname: str) -> dict[str, Stored]:
+def _stored(program: Program, file: FileModel, qualname: str, init: FunctionInfo) -> dict[str, Stored]:
     lineage = list(program.class_lineage(file, qualname))
     if any(not isinstance(entry, tuple) and entry not in _PLAIN_BASES for entry in lineage):
-        return {}
-    init = program.method_of_class(file, qualname, "__init__")
-    if init is None:
         return {}
     stored, counted = _constructor_stores(program, init, depth=0)
     # Assigned anywhere else in the lineage (another method, a nested statement of a constructor), or
@@ -106,21 +103,22 @@ def _constructor_stores(program: Program, init: FunctionInfo, depth: int) -> tup
         for small in statement.body:
             if type(small) is cst.Assign and len(small.targets) == 1 and (attribute := _self_attribute(small.targets[0].target)):
                 counted.add(id(small))
-                held = _held(small.value, params)
-                if held is None:
-                    stored.pop(attribute, None)
-                else:
-                    stored[attribute] = held
+                _store(stored, attribute, _held(small.value, params))
             elif type(small) is cst.Expr and type(small.value) is cst.Call and depth < 4 \
                     and (base := _base_constructor(program, init, small.value)) is not None:
                 inherited, base_counted = _constructor_stores(program, base, depth + 1)
                 counted |= base_counted | {id(small.value)}
                 for attribute, held in _passed(inherited, base, small.value, params).items():
-                    if held is None:
-                        stored.pop(attribute, None)
-                    else:
-                        stored[attribute] = held
+                    _store(stored, attribute, held)
     return stored, counted
+
+
+def _store(stored: dict[str, Stored], attribute: str, held: Stored | None) -> None:
+    """The attribute now holds `held`; where that is not known (None), nothing is known of it."""
+    if held is None:
+        stored.pop(attribute, None)
+    else:
+        stored[attribute] = held
 
 
 def _held(value: cst.CSTNode, params: list[str]) -> Stored | None:

@@ -255,8 +255,12 @@ class Flow:
         options = event.kwargs.get("options")
         if options is None or options.constant == "None":
             return False
-        made = [options.event] if options.event is not None else \
-            [made for made in self.bindings.get(Ref(options.ref.root), ()) if made.index < event.index] if options.ref is not None and not options.ref.path else []
+        if options.event is not None:
+            made = [options.event]  # `options=StateDictOptions(...)` written in the call
+        elif options.ref is not None and not options.ref.path:
+            made = [binding for binding in self.bindings.get(Ref(options.ref.root), ()) if binding.index < event.index]
+        else:
+            made = []
         if len(made) != 1 or made[0].kind != CALL or not (made[0].qname or "").endswith("StateDictOptions") or any(arg.star for arg in made[0].node.args):
             return None
         given = next((arg.value for arg in made[0].node.args if arg.keyword is not None and arg.keyword.value == "full_state_dict"), None)

@@ -54,7 +54,7 @@ class Program:
         # sharded in attributes of `self`, for its other methods: known once every flow is built (a walk
         # that asks before, `isinstance(self.model, FSDPModule)`, finds none).
         self.class_shards: dict[tuple[str, str], list[Event]] = {}
-        self.constructor_attributes: dict[tuple[int, str], dict] = {}  # constructors.stored_attributes, by class
+        self.constructor_attributes: dict[tuple[int, str], tuple] = {}  # constructors.stored_attributes, by class
         for file in self.files:
             self._index(file)
         # The run's budget goes first to the files that mention FSDP, whose flows rules report on most;
@@ -237,7 +237,7 @@ class Program:
         """How many statements of the function (or module) body bind each name, counted once per body."""
         owner = function.node if function else file.module
         if id(owner) not in self._bound_counts:
-            body = statements_of(owner.body) if function else list(owner.body)
+            body = statements_of(owner.body if function else owner)
             self._bound_counts[id(owner)] = (owner, Counter(bound_names(body)))  # the node kept: its id stays its own
         return self._bound_counts[id(owner)][1]
 

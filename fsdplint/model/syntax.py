@@ -10,7 +10,10 @@ from fsdplint.model.names import CONSTANTS, dotted_name
 
 
 def statements_of(suite: cst.CSTNode) -> list[cst.CSTNode]:
-    return list(suite.body) if type(suite) is cst.IndentedBlock else [cst.SimpleStatementLine(suite.body)] if type(suite) is cst.SimpleStatementSuite else []
+    """The statements of a block or of a module's body."""
+    if type(suite) in (cst.IndentedBlock, cst.Module):
+        return list(suite.body)
+    return [cst.SimpleStatementLine(suite.body)] if type(suite) is cst.SimpleStatementSuite else []
 
 
 def suites_of(statement: cst.CSTNode) -> Iterator[cst.CSTNode]:

@@ -466,15 +466,24 @@ class Walker:
         value = self.env.get(dotted_name(node))
         return value.constant if value is not None else None
 
+    def construction(self, receiver: Value, written_call: bool) -> Event | None:
+        """The call that built a method's receiver: what its variable was bound to (`trainer =
+        Trainer(...)`), or, `written_call`, the call written as the receiver (`Trainer(...).save()`)."""
+        if receiver.ref is None:
+            built_by = receiver.event if written_call else None
+        elif receiver.ref.path:
+            return None
+        else:
+            self.flow.consulted.append(receiver.ref.root)
+            built_by = self.flow.origin(receiver, len(self.flow.events))
+        return built_by if built_by is not None and built_by.kind in (CALL, CALL_VALUE) and type(built_by.node) is cst.Call else None
+
     def constructed_attributes(self, receiver: Value, self_name: str) -> dict[str, Value]:
         """`loader.load()` where `loader = Loader(config)`: the literals the constructor left in the
         object's attributes (`constructors.constant_attributes`), as `self.x` in the method; none where
         this flow assigned an attribute of the object since, or handed it to code it cannot see."""
-        if receiver.ref is None or receiver.ref.path:
-            return {}
-        self.flow.consulted.append(receiver.ref.root)
-        built_by = self.flow.origin(receiver, len(self.flow.events))
-        if built_by is None or built_by.kind not in (CALL, CALL_VALUE) or type(built_by.node) is not cst.Call:
+        built_by = self.construction(receiver, written_call=False) if receiver.ref is not None else None
+        if built_by is None:
             return {}
         found = self.flow.program.class_of(built_by.file, built_by.node.func)
         constants = constant_attributes(self.flow.program, *found, built_by.node, built_by.args, built_by.kwargs) if found else {}
@@ -1041,14 +1050,8 @@ class Walker:
         defines `Trainer.save`."""
         if not type(func) is cst.Attribute:
             return None
-        if receiver.ref is None:
-            built_by = receiver.event if type(func.value) is cst.Call else None
-        elif receiver.ref.path:
-            return None
-        else:
-            self.flow.consulted.append(receiver.ref.root)
-            built_by = self.flow.origin(receiver, len(self.flow.events))
-        if built_by is None or built_by.kind not in (CALL, CALL_VALUE) or not type(built_by.node) is cst.Call:
+        built_by = self.construction(receiver, written_call=type(func.value) is cst.Call)
+        if built_by is None:
             return None
         found = self.flow.program.class_of(built_by.file, built_by.node.func)
         if found is not None:
