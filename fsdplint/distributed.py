@@ -73,6 +73,10 @@ MAIN_PROCESS_DECORATORS = frozenset({"rank_zero_only", "on_main_process", "on_lo
 # Launchers that start processes of a function on this machine, taking (fn, args, nprocs, ...) by position;
 # the function gets the index of its process as its first argument.
 PROCESS_SPAWNERS = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"})
+# Classes that run `target=fn` in a new process of this machine with the `args=` the code gives; a start
+# method's context (`multiprocessing.get_context("spawn")`, a fixture's `mp_ctx`) has one by the last name.
+PROCESS_CLASSES = frozenset({"multiprocessing.Process", "torch.multiprocessing.Process", "multiprocessing.context.Process"})
+PROCESS_CLASS_NAME = "Process"
 # Calls that count this machine's accelerators.
 DEVICE_COUNTS = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count", "torch.xpu.device_count"})
 INIT_PROCESS_GROUP = "torch.distributed.init_process_group"

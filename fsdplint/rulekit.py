@@ -250,12 +250,38 @@ def spawns(program) -> Iterator[tuple[Flow, Event, FunctionInfo]]:
 
     for flow in program.flows:
         for event in flow.of_kind(CALL):
-            fn = argument(event, 0, "fn") if event.qname in distributed.PROCESS_SPAWNERS else None
-            if fn is not None:
-                node, value = fn
-                function = value.callees[0] if len(value.callees) == 1 else program.resolve_callable(event.file, event.function, node)
-                if function is not None:
-                    yield flow, event, function
+            function = _function_passed(program, event, argument(event, 0, "fn")) if event.qname in distributed.PROCESS_SPAWNERS else None
+            if function is not None:
+                yield flow, event, function
+
+
+def process_starts(program) -> Iterator[tuple[Flow, Event, FunctionInfo]]:
+    """Each `multiprocessing.Process(target=fn, ...)` (or a start method context's `ctx.Process`) in each
+    flow, with the function of the run it runs in a new process of this machine."""
+    import libcst as cst
+
+    from fsdplint.model import CALL, METHOD
+
+    for flow in program.flows:
+        for event in flow.events:
+            if event.kind is not CALL and event.kind is not METHOD:
+                continue
+            # `multiprocessing.Process(...)`, else `ctx.Process(...)` of a context the model does not know (a
+            # fixture's, or `multiprocessing.get_context("spawn").Process(...)`).
+            func = getattr(event.node, "func", None)
+            is_start = event.qname in distributed.PROCESS_CLASSES or event.qname is None and type(func) is cst.Attribute \
+                and func.attr.value == distributed.PROCESS_CLASS_NAME
+            function = _function_passed(program, event, argument(event, None, "target")) if is_start else None
+            if function is not None:
+                yield flow, event, function
+
+
+def _function_passed(program, event: Event, passed: tuple[cst.CSTNode, Value] | None) -> FunctionInfo | None:
+    """The function of the run an argument passes (not calls): a value that is one, or a name of one."""
+    if passed is None:
+        return None
+    node, value = passed
+    return value.callees[0] if len(value.callees) == 1 else program.resolve_callable(event.file, event.function, node)
 
 
 def process_group_backend(event: Event) -> str | None:

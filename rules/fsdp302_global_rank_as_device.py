@@ -38,6 +38,9 @@ class GlobalRankAsDevice(Rule):
       store on a file system that several machines share is the exception this misses;
     - in a spawned function that passes its process index as `rank=` and a literal `world_size=`:
       the ranks are the spawned processes' indices;
+    - the rank asked of the group (`dist.get_rank()`) in a function a new process runs (`mp.spawn`'s,
+      or `multiprocessing.Process(target=fn)`'s, a start method context's `ctx.Process` included)
+      where every group it may have started before meets at a place of this machine, as above;
     - in a test module (`test_*.py`, `*_test.py`, `conftest.py`): pytest runs a test, and the
       processes it spawns, on one machine.
 
@@ -163,6 +166,14 @@ class _OneNode:
                 spawned[key] = spawned.get(key, True) and _spawns_whole_job(flow, event)
         return spawned
 
+    @cached_property
+    def started(self) -> set[int]:
+        """Each function a new process of this machine runs (by the id of its node): mp.spawn's, and a
+        `multiprocessing.Process`'s `target=`."""
+        from fsdplint.rulekit import process_starts
+
+        return set(self.spawned) | {id(function.node) for flow, _, function in process_starts(self.program) if flow.is_entry}
+
     def shown(self, flow, event, from_group: bool = False) -> bool:
         """The run of `event` in `flow` is on one machine, on every path the program shows to it;
         `from_group`: the rank it uses was asked of the process group (a call), not read from the environment."""
@@ -200,9 +211,10 @@ class _OneNode:
             return True
         # A new process has no group but the ones it starts: where each it may have started before the
         # event meets locally, a rank the group gives (`get_rank()`) is on this machine (nvidia-resiliency-ext's
-        # workers meet at 127.0.0.1 or at a file store, one `if` arm each).
+        # `mp_ctx.Process` workers meet at 127.0.0.1 or at a file store, one `if` arm each).
+        is_started = flow.is_entry and flow.function is not None and id(flow.function.node) in self.started
         before = [init for init in inits if init.index < event.index and not init.excludes(event)]
-        return is_spawned and from_group and bool(before) and all(_meets_locally(flow, init) for init in before)
+        return is_started and from_group and bool(before) and all(_meets_locally(flow, init) for init in before)
 
 
 def _spawns_whole_job(flow, spawn) -> bool:

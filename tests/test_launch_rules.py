@@ -180,6 +180,34 @@ def test_a_process_the_program_starts_whose_every_group_meets_locally_is_on_one_
     """) == expected
 
 
+@pytest.mark.parametrize("start, expected", [
+    ("multiprocessing.Process(target=worker, args=(rank, store, path))", []),
+    ("multiprocessing.get_context('spawn').Process(target=worker, args=(rank, store, path))", []),
+    ("mp_ctx.Process(target=worker, args=(rank, store, path))", []),  # a pytest fixture's start method context
+    ("threading.Thread(target=worker, args=(rank, store, path))", [12]),  # a thread of this process: a group it had before stays
+])
+def test_a_function_a_multiprocessing_process_runs_is_a_new_process(start, expected):
+    """nvidia-resiliency-ext's workers are `mp_ctx.Process(target=distributed_worker, ...)`, `mp_ctx` a
+    multiprocessing context a pytest fixture gives: each is a new process, whose every group meets locally."""
+    assert fsdp302_lines(f"""
+    import multiprocessing
+    import threading
+    import torch
+
+    def worker(rank, store, path):
+        if store == "file":
+            torch.distributed.init_process_group("nccl", init_method=f"file://{{path}}", rank=rank, world_size=2)
+        else:
+            torch.distributed.init_process_group("nccl", init_method="tcp://127.0.0.1:29500", rank=rank, world_size=2)
+        rank = torch.distributed.get_rank()
+        torch.cuda.set_device(rank)
+
+    def start(mp_ctx, store, path):
+        for rank in range(2):
+            {start}.start()
+    """) == expected
+
+
 @pytest.mark.parametrize("spawn", [
     "mp.spawn(worker, args=(world_size,), nprocs=torch.cuda.device_count())",
     "mp.spawn(worker, args=(world_size,), nprocs=torch.accelerator.device_count())",
