@@ -13,7 +13,9 @@ class DeepcopySharded(Rule):
 
     ## Why is this bad?
     FSDP2 modules refuse to be copied: `AssertionError: FSDP does not support deepcopy. Please use
-    state dict for serialization.`
+    state dict for serialization.` So does a module that holds one, whose copy copies it. A part of a
+    sharded module that holds none (`model.embedding` of `fully_shard(model)`) copies, its parameters
+    as DTensors, and is not reported.
 
     ## Example
     ```python
@@ -42,14 +44,14 @@ class DeepcopySharded(Rule):
     fix_availability = FixAvailability.NONE
 
     def check(self, program) -> Iterable[Finding]:
-        from fsdplint.model import CALL
+        from fsdplint.model import CALL, Managed
         from fsdplint.rulekit import at, calls, code, via, where
 
         for flow in program.flows:
             for event in flow.of_kind(CALL):
                 if event.qname != "copy.deepcopy" or not event.args or event.args[0].ref is None:
                     continue
-                shard = flow.sharding_of(event.args[0].ref, event.index, fsdp=2)
+                shard = flow.sharding_of(event.args[0].ref, event.index, fsdp=2, how=Managed.HOLDS_UNIT)
                 if shard is not None:
                     yield Finding(event.file, event.node,
                                   f"`{code(event, event.node.args[0].value)}` is sharded (at {where(shard)}){via(event)} and FSDP2 "

@@ -673,3 +673,45 @@ def test_a_collective_under_a_test_of_whether_the_module_is_sharded_adapts_to_wh
         if isinstance(model, FSDPModule):
             dist.barrier()
     """) == [21]
+
+
+def test_a_rank_compared_with_a_value_that_also_differs_between_ranks_is_no_guard():
+    """dlrover's `if self._local_rank != self.local_shard_id: return`, where the constructor stored
+    `self.local_shard_id = self._local_rank % local_shard_num`: both sides differ between ranks and may
+    agree on each, so which ranks leave is not known. Also through a decorator's wrapper, which calls
+    the method with `func(*args, **kwargs)`. A value every rank shares (a parameter stored) still splits them."""
+    source = """
+    def timer(func):
+        def wrapper(*args, **kwargs):
+            return func(*args, **kwargs)
+        return wrapper
+
+    class Engine:
+        def __init__(self, shards, source_rank):
+            self._local_rank = int(os.environ["LOCAL_RANK"])
+            self.local_shard_id = self._local_rank % shards
+            self.source = source_rank
+
+        @timer
+        def save(self, tensor):
+            if self._local_rank != self.{compared}:
+                return False
+            dist.all_reduce(tensor)
+            return True
+
+        def save_twice(self, tensor):
+            self.save(tensor)
+            self.save(tensor)
+    """
+    assert lines(source.format(compared="local_shard_id")) == []
+    assert lines(source.format(compared="source")) == [17]
+    copied = """
+    def check(tensor):
+        local_rank = int(os.environ["LOCAL_RANK"])
+        other = local_rank
+        if local_rank != other:
+            return
+        dist.all_reduce(tensor)
+    """
+    assert lines(copied) == []
+    assert lines(copied.replace("other = local_rank", "other = 0")) == [7]

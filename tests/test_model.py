@@ -1081,3 +1081,57 @@ def main(model):
     fully_shard(model, **fsdp_kwargs)
 """
     assert [d.code for d in check_source(source, "train.py")] == []
+
+
+def test_a_copy_copies_an_fsdp_module_only_where_it_is_or_holds_a_unit():
+    """NVlabs/FastGen deep-copies `self.transformer.condition_embedder`, a part of the sharded transformer
+    that no `fully_shard` was given: it copies (its parameters as DTensors). A module holding a unit
+    copies that unit, which refuses."""
+    source = """
+    import copy
+    from torch.distributed.fsdp import fully_shard
+
+    def main(model):
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model.encoder)
+        ema = copy.deepcopy({copied})
+    """
+    assert codes(source.format(copied="model.encoder.embedding"), ["FSDP109"]) == []
+    assert codes(source.format(copied="model.blocks[0].norm"), ["FSDP109"]) == []
+    assert codes(source.format(copied="model.encoder"), ["FSDP109"]) == [(9, "FSDP109")]
+    assert codes(source.format(copied="model"), ["FSDP109"]) == [(9, "FSDP109")]  # holds the blocks
+    assert codes(source.format(copied="model.blocks[1]"), ["FSDP109"]) == [(9, "FSDP109")]
+
+
+def test_a_method_only_the_constructor_calls_runs_before_the_methods_that_shard():
+    """FastGen's `init_embedder()`, called by `__init__` only, copies a module the class's
+    `fully_shard()` method shards later: at construction nothing is sharded yet. A method called from
+    outside the class may run after, and is judged by what the class shards."""
+    source = """
+    import copy
+    import torch.nn as nn
+    from torch.distributed.fsdp import fully_shard
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.transformer = nn.Linear(4, 4)
+            self.copied = self.prepare()
+
+        def shard(self):
+            fully_shard(self.transformer)
+
+        def prepare(self):
+            return self.copy_transformer()
+
+        def copy_transformer(self):
+            return copy.deepcopy(self.transformer)
+    {outside}
+    """
+    assert codes(source.format(outside=""), ["FSDP109"]) == []
+    assert codes(source.format(outside="""
+    net = Net()
+    net.shard()
+    net.copy_transformer()
+    """), ["FSDP109"]) == [(19, "FSDP109")]

@@ -6,8 +6,12 @@ self.dist:`).
 
 Only what holds whatever runs: an attribute assigned by a top-level statement of the constructor (or
 of a base's constructor it calls, `super().__init__(...)` or `Base.__init__(self, ...)`), from a
-parameter or a literal, and assigned nowhere else in the class or its bases. A class with a base that
-is not a class of the run (other than `nn.Module` and `object`) may set anything: nothing is known of it.
+parameter, a literal, or an expression that reads the rank (dlrover's `self.local_shard_id =
+self._local_rank % local_shard_num`, which differs between ranks), and assigned nowhere else in the
+class or its bases. A class with a base that is not a class of the run (other than `nn.Module` and
+`object`) may set anything: nothing is known of it. The literals and the rank's expressions hold in
+every method of every object of the class (`attributes_of_every_object`); a parameter's value, at the
+construction that gives it (`attributes_at`).
 """
 
 from __future__ import annotations
@@ -18,12 +22,13 @@ from typing import TYPE_CHECKING, Mapping
 import libcst as cst
 
 from fsdplint.model.names import CONSTANTS
+from fsdplint.model.ranks import reads_rank
 from fsdplint.model.syntax import literal_default
+from fsdplint.model.values import RANK_NUMBER, Value
 
 if TYPE_CHECKING:
     from fsdplint.model.files import FileModel, FunctionInfo
     from fsdplint.model.program import Program
-    from fsdplint.model.values import Value
 
 _PLAIN_BASES = frozenset({"torch.nn.Module", "object"})
 
@@ -31,10 +36,17 @@ _PLAIN_BASES = frozenset({"torch.nn.Module", "object"})
 @dataclass(frozen=True)
 class Stored:
     """What an attribute holds after construction: the constructor's parameter `parameter` (its value
-    at the call), or the literal `literal`."""
+    at the call), the literal `literal`, or a value computed from the rank (`varies_with_rank`)."""
 
     parameter: str | None = None
     literal: str | None = None
+    varies_with_rank: bool = False
+
+    def value(self) -> Value | None:
+        """What it holds in any object of the class: a literal, or a number that differs between ranks."""
+        if self.literal is not None:
+            return Value(constant=self.literal)
+        return Value(rank_derived=RANK_NUMBER) if self.varies_with_rank else None
 
 
 def stored_attributes(program: Program, file: FileModel, qualname: str) -> tuple[FunctionInfo | None, dict[str, Stored]]:
@@ -48,25 +60,31 @@ def stored_attributes(program: Program, file: FileModel, qualname: str) -> tuple
     return known
 
 
-def constant_attributes(program: Program, file: FileModel, qualname: str, call: cst.Call, args: tuple[Value, ...],
-                        kwargs: Mapping[str, Value]) -> dict[str, str]:
-    """The attributes that hold a literal (`None`, `True`, `False`, an integer) after `call` constructs
-    an object of the class: a literal stored, or a parameter given one at the call or left to its
-    literal default. Nothing where the call spreads `*args` or `**kwargs`."""
+def attributes_of_every_object(program: Program, file: FileModel, qualname: str) -> dict[str, Value]:
+    """What every object of the class holds in its attributes once built, whatever the call gave:
+    the literals and the values computed from the rank its constructor stores."""
+    return {attribute: value for attribute, held in stored_attributes(program, file, qualname)[1].items() if (value := held.value()) is not None}
+
+
+def attributes_at(program: Program, file: FileModel, qualname: str, call: cst.Call, args: tuple[Value, ...],
+                  kwargs: Mapping[str, Value]) -> dict[str, Value]:
+    """What the object `call` constructs holds in its attributes: those of every object, and a parameter
+    stored that the call gives a literal or leaves to its literal default. Nothing where the call
+    spreads `*args` or `**kwargs`."""
     init, stored = stored_attributes(program, file, qualname)
     if not stored or any(arg.star for arg in call.args):
         return {}
     given = dict(zip(init.params[1:], args)) | kwargs
-    constants = {}
+    known = {}
     for attribute, held in stored.items():
-        if held.literal is not None:
-            constants[attribute] = held.literal
+        if (value := held.value()) is not None:
+            known[attribute] = value
         elif held.parameter in given:
             if given[held.parameter].constant is not None:
-                constants[attribute] = given[held.parameter].constant
+                known[attribute] = Value(constant=given[held.parameter].constant)
         elif (default := literal_default(init.node, held.parameter)) is not None:
-            constants[attribute] = default
-    return constants
+            known[attribute] = Value(constant=default)
+    return known
 
 
 def _stored(program: Program, file: FileModel, qualname: str, init: FunctionInfo) -> dict[str, Stored]:
@@ -127,6 +145,8 @@ def _held(value: cst.CSTNode, params: list[str]) -> Stored | None:
         return Stored(parameter=value.value)
     if type(value) is cst.Name and value.value in CONSTANTS or type(value) is cst.Integer:
         return Stored(literal=value.value)
+    if type(value) is cst.BinaryOperation and reads_rank(value):
+        return Stored(varies_with_rank=True)  # `self._local_rank % local_shard_num` (the rank itself is one by its name)
     return None
 
 
@@ -139,7 +159,7 @@ def _passed(inherited: dict[str, Stored], base: FunctionInfo, call: cst.Call, pa
     given = dict(zip(base.params[1:], positional)) | {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
     mapped: dict[str, Stored | None] = {}
     for attribute, held in inherited.items():
-        if held.literal is not None:
+        if held.parameter is None:
             mapped[attribute] = held
         elif held.parameter in given:
             mapped[attribute] = _held(given[held.parameter], params)

@@ -24,7 +24,25 @@ class FunctionInfo:
     qualname: str  # `Trainer.save`, `main.inner`
     params: list[str]
     class_name: str | None
-    called: bool = False  # some flow in this run calls it (and so inlines it)
+    # The functions whose bodies call it, as some flow of this run walked them (by node id; None: a module body).
+    callers: dict[int, FunctionInfo | None] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def called(self) -> bool:
+        """Some flow in this run calls it (and so inlines it)."""
+        return bool(self.callers)
+
+    def runs_at_construction(self, seen: frozenset[int] = frozenset()) -> bool:
+        """It is its class's `__init__`, or only that calls it, directly or through methods of the class
+        only that calls: it runs while the object is built, before any other method of it can run."""
+        if self.class_name is None:
+            return False
+        if self.name == "__init__":
+            return True
+        seen = seen | {id(self.node)}
+        return bool(self.callers) and all(
+            caller is not None and caller.file is self.file and caller.class_name == self.class_name and id(caller.node) not in seen
+            and caller.runs_at_construction(seen) for caller in self.callers.values())
 
 
 @dataclass(eq=False)  # one object per file, compared and hashed by identity

@@ -64,6 +64,14 @@ class Loop:
         return self is not other and other.first <= self.first and self.end <= other.end and any(node is other.node for node in self.around)
 
 
+class Managed(enum.Enum):
+    """How a module stands to the modules a shard event gives to FSDP (`Flow.sharding_of`)."""
+
+    WITHIN = enum.auto()  # it is one of them or lives in one: its parameters are sharded
+    UNIT = enum.auto()  # it is one of them, or may be: calling it runs FSDP's hooks
+    HOLDS_UNIT = enum.auto()  # it is one of them or holds one: copying it copies an FSDP module
+
+
 class Write(enum.Enum):
     """A walk's write to its flow's tables, kept in `Flow.writes` so that a summary can replay it (see summaries)."""
 
@@ -172,23 +180,25 @@ class Flow:
         kinds = {2: (SHARD,), 1: (WRAP,), None: (SHARD, WRAP)}[fsdp]
         return self.of_kind(*kinds)
 
-    def sharding_of(self, ref: Ref, before: int, fsdp: int | None = 2, unit: bool = False) -> Event | None:
-        """The last shard event that manages `ref` (it or a module it lives in) before event `before`;
-        with `unit`, one whose module `ref` is or may be (calling it runs FSDP's hooks), not a part of one.
+    def sharding_of(self, ref: Ref, before: int, fsdp: int | None = 2, how: Managed = Managed.WITHIN) -> Event | None:
+        """The last shard event that manages `ref` before event `before`: one whose module `ref` is or
+        lives in; with `how`, one whose module `ref` is or may be (UNIT), or is or holds (HOLDS_UNIT).
 
         With `fsdp=1` or `2`, only when every event that manages it is of that FSDP: a module that both
         `fully_shard` and `FullyShardedDataParallel` reach (`if use_fsdp2: fully_shard(model) else:
         model = FSDP(model)`) is of neither, since which one runs is not known. Falls back to what
-        other methods of the same class shard on `self`, except in `__init__`, which runs before any
-        of them, and where this flow shards the module itself later (it says when).
+        other methods of the same class shard on `self`, except in `__init__` and the methods only it
+        calls, which run before any of them, and where this flow shards the module itself later (it says when).
         """
         def manages(event: Event) -> bool:
-            return any(ref.is_one_of(target) or ref.may_be(target) if unit else ref.is_within(target) for target in event.targets)
+            if how is Managed.WITHIN:
+                return any(ref.is_within(target) for target in event.targets)
+            return any(ref.is_one_of(target) or ref.may_be(target) or how is Managed.HOLDS_UNIT and target.is_within(ref) for target in event.targets)
 
         at = self.events[before] if before < len(self.events) else None
         managing = [event for event in itertools.takewhile(lambda event: event.index < before, self.of_kind(SHARD, WRAP))
                     if manages(event) and not (at and event.exclusive(at))]
-        if not managing and ref.root == "self" and self.function and self.function.class_name and self.function.name != "__init__" \
+        if not managing and ref.root == "self" and self.function and not self.function.runs_at_construction() \
                 and not any(manages(event) for event in self.of_kind(SHARD, WRAP)):
             managing = [event for event in self.program.class_shards.get((self.file.module_name, self.function.class_name), ())
                         if manages(event)]
@@ -309,7 +319,7 @@ class Flow:
             if event.method == "state_dict" and self.sharding_of(event.target, event.index, fsdp=1) and self._fsdp1_full_state_dict(event):
                 return event.method
             return None
-        if event.kind == CALL_VALUE and event.target is not None and self.sharding_of(event.target, event.index, fsdp=None, unit=True):
+        if event.kind == CALL_VALUE and event.target is not None and self.sharding_of(event.target, event.index, fsdp=None, how=Managed.UNIT):
             return "forward"  # of the module sharded: calling a part of it (`get = module.method; get()`) runs no hook
         return None
 

@@ -13,12 +13,13 @@ import libcst as cst
 
 from fsdplint import distributed
 from fsdplint.model.events import ASSIGN, SHARD, WRAP, Event
+from fsdplint.model.constructors import attributes_of_every_object
 from fsdplint.model.files import FileModel, FunctionInfo, UnparsedFile
 from fsdplint.model.names import dotted_name
 from fsdplint.model.flow import Flow
 from fsdplint.model.summaries import Summary
 from fsdplint.model.syntax import bound_names, statements_of
-from fsdplint.model.values import Ref
+from fsdplint.model.values import Ref, Value
 from fsdplint.model.walker import CHARACTERS_PER_STEP, PROGRAM_BUDGET, BudgetExhausted, Walker
 
 
@@ -103,7 +104,8 @@ class Program:
         if self.steps_left <= 0:
             flow.skipped = flow.exhausted = True  # the run's budget is spent: unknown, as past a flow's own budget
             return flow
-        walker = Walker(flow, file, function, env={}, prefix="", chain=(function.name,) if function else ("<module>",), depth=0)
+        walker = Walker(flow, file, function, env=self._own_attributes(file, function), prefix="",
+                        chain=(function.name,) if function else ("<module>",), depth=0)
         body = function.node.body if function else file.module
         try:
             walker.walk_suite(body, ())
@@ -118,6 +120,16 @@ class Program:
         flow.returned = walker.returned
         flow.done_walking()
         return flow
+
+    def _own_attributes(self, file: FileModel, function: FunctionInfo | None) -> dict[str, Value]:
+        """A method's `self.x` that every object of its class holds once built (`constructors`), for the
+        flow of its own body; none for the constructor, which builds them."""
+        if function is None or function.class_name is None or function.name == "__init__" or function.params[:1] != ["self"]:
+            return {}
+        owner = function.qualname.rsplit(".", 1)[0]
+        if owner not in file.classes:
+            return {}
+        return {f"self.{attribute}": value for attribute, value in attributes_of_every_object(self, file, owner).items()}
 
     def release(self) -> None:
         """Breaks the model's reference cycles (each flow and its program, each function and its file)

@@ -91,3 +91,18 @@ def rank_variable(node: cst.CSTNode) -> Rank | None:
     return Rank(SOME_RANK, variable=name) if distributed.is_rank_env_var(name) else None
 
 
+def reads_rank(node: cst.CSTNode) -> bool:
+    """The expression reads this process's rank, as the walker names one: a variable or attribute
+    called a rank (`self._local_rank`), a rank getter's call, or a rank's environment variable."""
+    pending = [node]
+    while pending:
+        part = pending.pop()
+        if type(part) is cst.Name and distributed.is_rank_name(part.value) or type(part) is cst.Attribute and distributed.is_rank_name(part.attr.value):
+            return True
+        if type(part) is cst.Call and type(part.func) in (cst.Name, cst.Attribute) \
+                and distributed.is_rank_getter(part.func.value if type(part.func) is cst.Name else part.func.attr.value):
+            return True
+        if rank_variable(part) is not None:
+            return True
+        pending.extend(part.children)
+    return False

@@ -30,7 +30,7 @@ from fsdplint.model.events import (
     EventKind,
     RankGuard,
 )
-from fsdplint.model.constructors import constant_attributes
+from fsdplint.model.constructors import attributes_at
 from fsdplint.model.files import FileModel, FunctionInfo
 from fsdplint.model.flow import Loop, Write
 from fsdplint.model.modules import RETURNS_SELF
@@ -163,6 +163,8 @@ class Walker:
         self.passes = ""  # the unrolled loop passes the walk is in (`/0/2`), for arm_key
         # In a decorator's wrapper: the decorated call's arguments, and the function it decorates.
         self.forwarded: tuple[tuple[Value, ...], dict[str, Value]] | None = None
+        # A decorated method's receiver at the decorated call, with what its `self.x` hold there.
+        self.forwarded_receiver: tuple[Value, dict[str, Value]] | None = None
         self.forwarded_to: FunctionInfo | None = None
         if function is not None and any(decorator_name(d) in distributed.MAIN_PROCESS_DECORATORS for d in function.node.decorators):
             self.rank_guards += (RankGuard(function.node, GUARD_DECORATED, file, chain),)
@@ -478,20 +480,25 @@ class Walker:
             built_by = self.flow.origin(receiver, len(self.flow.events))
         return built_by if built_by is not None and built_by.kind in (CALL, CALL_VALUE) and type(built_by.node) is cst.Call else None
 
+    def receiver_attributes(self, receiver: Value, self_name: str) -> dict[str, Value]:
+        """What a method called on `receiver` knows of its `self.x`: what the caller knows of its own
+        `self.x`, and what the receiver's constructor left (`constructed_attributes`)."""
+        return {key: value for key, value in self.env.items() if key.startswith("self.")} | self.constructed_attributes(receiver, self_name)
+
     def constructed_attributes(self, receiver: Value, self_name: str) -> dict[str, Value]:
-        """`loader.load()` where `loader = Loader(config)`: the literals the constructor left in the
-        object's attributes (`constructors.constant_attributes`), as `self.x` in the method; none where
-        this flow assigned an attribute of the object since, or handed it to code it cannot see."""
+        """`loader.load()` where `loader = Loader(config)`: what the constructor left in the object's
+        attributes (`constructors.attributes_at`), as `self.x` in the method; none where this flow
+        assigned an attribute of the object since, or handed it to code it cannot see."""
         built_by = self.construction(receiver, written_call=False) if receiver.ref is not None else None
         if built_by is None:
             return {}
         found = self.flow.program.class_of(built_by.file, built_by.node.func)
-        constants = constant_attributes(self.flow.program, *found, built_by.node, built_by.args, built_by.kwargs) if found else {}
-        if not constants or self.flow.handed_on(receiver.ref, built_by.index + 1) or any(
+        known = attributes_at(self.flow.program, *found, built_by.node, built_by.args, built_by.kwargs) if found else {}
+        if not known or self.flow.handed_on(receiver.ref, built_by.index + 1) or any(
                 event.kind == ASSIGN and any(target.root == receiver.ref.root for target in event.targets)
                 for event in self.flow.events[built_by.index + 1:]):
             return {}
-        return {f"{self_name}.{attribute}": Value(constant=literal) for attribute, literal in constants.items()}
+        return {f"{self_name}.{attribute}": value for attribute, value in known.items()}
 
     def module_table(self, name: str) -> tuple[FunctionInfo, ...]:
         """The functions of a dispatch table a function reads as a global (`REGISTRY[args.test]()`,
@@ -807,12 +814,17 @@ class Walker:
         distributed or not), `rank >= 0` and `rank < 0` (no rank is negative). `rank in group_ranks`
         (a collection that is no literal) and `offset <= rank < offset + size` ask whether this rank
         is in a group, whose ranks then work together, as Megatron's pipeline stages do: no rank
-        test either."""
+        test either; nor is a comparison of two sides that each differ between ranks."""
         values = [self.expr(part, statement, parents) for part in subexpressions(node)]
         params = refs_of(values)
         if len(node.comparisons) == 1 and type(node.comparisons[0].operator) is cst.Equal and _never_equal(*values):
             return Value(params_of=params, always_false=True)  # `dtype == "float16"` where `dtype` is a torch dtype
         compares_rank = any(value.rank is not None for value in values)
+        # Two sides that each differ between ranks (`local_rank != other` where `other = local_rank`, or
+        # `shard_id` computed from the rank) may agree on every rank: which ranks pass is not known.
+        varies = [value.rank is not None or value.rank_derived is not None for value in values]
+        if len(values) == 2 and all(varies):
+            return Value(params_of=params)
         same_everywhere = any(type(target.operator) in (cst.Is, cst.IsNot)
                               or type(target.operator) in (cst.Equal, cst.NotEqual) and is_minus_one(target.comparator)
                               or is_sign_test(target)
@@ -1106,7 +1118,7 @@ class Walker:
         return None
 
     def inline(self, callee: FunctionInfo, node: cst.Call, args: tuple[Value, ...], kwargs: Mapping[str, Value], receiver: Value, statement: cst.CSTNode, parents: tuple) -> Value:
-        callee.called = True
+        callee.callers[id(self.function.node) if self.function else id(self.file)] = self.function
         self.flow.attempted.append((id(callee.node), self.depth))
         if self.depth >= _MAX_INLINE_DEPTH or id(callee.node) in self.stack or callee.name in self.patched or self.raising:
             event = self.emit(CALL, node, statement=statement, parents=parents, qname=callee.qualname, args=args, kwargs=kwargs)
@@ -1123,6 +1135,8 @@ class Walker:
                              self.chain + (callee.name,), self.depth + 1, self.stack, self.outer + parents + (statement,), self.rank_guards,
                              self.call_sites + (node,), self.contexts, self.arms)
             walker.forwarded, walker.forwarded_to, walker.patched = (args, kwargs), callee, self.patched
+            if callee.class_name and callee.params[:1] == ["self"] and type(node.func) is cst.Attribute:
+                walker.forwarded_receiver = receiver, self.receiver_attributes(receiver, "self")
             walker.walk_suite(wrapper.node.body, ())
             return walker.returned
         # The wrapper's own call of the function it decorates continues the caller's call.
@@ -1135,11 +1149,14 @@ class Walker:
         params = list(callee.params)
         if callee.class_name and params and params[0] in ("self", "cls"):
             self_name = params.pop(0)
-            if type(node.func) is cst.Attribute:
+            attributes = None
+            if through_wrapper and self.forwarded_receiver is not None:
+                receiver, attributes = self.forwarded_receiver  # `func(*args, **kwargs)` in the decorator's wrapper
+            elif type(node.func) is cst.Attribute:
+                attributes = self.receiver_attributes(receiver, self_name)
+            if attributes is not None:
                 env[self_name] = receiver if receiver.ref else Value(ref=Ref(prefix + self_name))
-                # What the caller knows of `self.x` holds in the callee too.
-                env.update({key: value for key, value in self.env.items() if key.startswith("self.")})
-                env.update(self.constructed_attributes(receiver, self_name))
+                env.update(attributes)
         for name, value in zip(params, args):
             env[name] = value
         spread = self.spread[1] if self.spread is not None and self.spread[0] is node else None
