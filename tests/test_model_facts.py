@@ -1556,3 +1556,27 @@ def test_a_method_that_asks_whether_an_attribute_is_sharded_while_the_run_is_wal
                 self.model.reshard()
     """)
     assert flow_of(program, "Trainer.step").type_tested
+
+
+def test_a_class_defined_in_a_method_has_its_constructors_facts():
+    """accelerate's tests define `class Model(nn.Module)` inside a test method: the method's class is
+    known by its qualified name (`Tests.test.Model`), its bases and constructor too."""
+    program = program_of("""
+    import torch.nn as nn
+
+    class Tests:
+        def test(self):
+            class Model(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.ready = False
+
+                def forward(self, x):
+                    if self.ready:
+                        return x
+                    return None
+
+            return Model()
+    """)
+    forward = flow_of(program, "Tests.test.Model.forward")
+    assert not forward.exhausted

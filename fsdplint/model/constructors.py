@@ -49,21 +49,23 @@ class Stored:
         return Value(rank_derived=RANK_NUMBER) if self.varies_with_rank else None
 
 
-def stored_attributes(program: Program, file: FileModel, qualname: str) -> tuple[FunctionInfo | None, dict[str, Stored]]:
+def stored_attributes(program: Program, file: FileModel, qualname: str, every_object: bool = False) -> tuple[FunctionInfo | None, dict[str, Stored]]:
     """The class's constructor, and the attributes an object of the class holds when it returns, from
-    the constructor's parameters or literals (see the module's docstring); cached per class."""
-    key = (id(file), qualname)
+    the constructor's parameters, literals or the rank (see the module's docstring); with
+    `every_object`, those that hold whatever the call gave (no parameter's). Cached per class."""
+    key = (id(file), qualname, every_object)
     known = program.constructor_attributes.get(key)
     if known is None:
         init = program.method_of_class(file, qualname, "__init__")
-        known = program.constructor_attributes[key] = (init, _stored(program, file, qualname, init) if init else {})
+        known = program.constructor_attributes[key] = (init, _stored(program, file, qualname, init, every_object) if init else {})
     return known
 
 
 def attributes_of_every_object(program: Program, file: FileModel, qualname: str) -> dict[str, Value]:
     """What every object of the class holds in its attributes once built, whatever the call gave:
     the literals and the values computed from the rank its constructor stores."""
-    return {attribute: value for attribute, held in stored_attributes(program, file, qualname)[1].items() if (value := held.value()) is not None}
+    stored = stored_attributes(program, file, qualname, every_object=True)[1]
+    return {attribute: value for attribute, held in stored.items() if (value := held.value()) is not None}
 
 
 def attributes_at(program: Program, file: FileModel, qualname: str, call: cst.Call, args: tuple[Value, ...],
@@ -87,11 +89,15 @@ def attributes_at(program: Program, file: FileModel, qualname: str, call: cst.Ca
     return known
 
 
-def _stored(program: Program, file: FileModel, qualname: str, init: FunctionInfo) -> dict[str, Stored]:
+def _stored(program: Program, file: FileModel, qualname: str, init: FunctionInfo, every_object: bool) -> dict[str, Stored]:
+    stored, counted = _constructor_stores(program, init, depth=0)
+    if every_object:
+        stored = {attribute: held for attribute, held in stored.items() if held.parameter is None}
+    if not stored:
+        return {}  # before the walk of the class's code below, which is most of the cost
     lineage = list(program.class_lineage(file, qualname))
     if any(not isinstance(entry, tuple) and entry not in _PLAIN_BASES for entry in lineage):
         return {}
-    stored, counted = _constructor_stores(program, init, depth=0)
     # Assigned anywhere else in the lineage (another method, a nested statement of a constructor), or
     # `self` handed to a function other than a base's constructor: not known.
     for class_file, class_name in (entry for entry in lineage if isinstance(entry, tuple)):
@@ -175,7 +181,7 @@ def _base_constructor(program: Program, init: FunctionInfo, call: cst.Call) -> F
     func = call.func
     if type(func) is not cst.Attribute or func.attr.value != "__init__" or init.class_name is None:
         return None
-    lineage = list(program.class_lineage(init.file, init.class_name))[1:]
+    lineage = list(program.class_lineage(init.file, init.qualname.rsplit(".", 1)[0]))[1:]  # by its qualified name: a class in a function too
     if type(func.value) is cst.Call and type(func.value.func) is cst.Name and func.value.func.value == "super":
         for entry in lineage:
             if isinstance(entry, tuple) and f"{entry[1]}.__init__" in entry[0].functions:

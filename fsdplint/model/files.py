@@ -39,10 +39,10 @@ class FunctionInfo:
             return False
         if self.name == "__init__":
             return True
-        seen = seen | {id(self.node)}
+        seen, owner = seen | {id(self.node)}, self.qualname.rsplit(".", 1)[0]
         return bool(self.callers) and all(
-            caller is not None and caller.file is self.file and caller.class_name == self.class_name and id(caller.node) not in seen
-            and caller.runs_at_construction(seen) for caller in self.callers.values())
+            caller is not None and caller.file is self.file and caller.class_name is not None and caller.qualname.rsplit(".", 1)[0] == owner
+            and id(caller.node) not in seen and caller.runs_at_construction(seen) for caller in self.callers.values())
 
 
 @dataclass(eq=False)  # one object per file, compared and hashed by identity

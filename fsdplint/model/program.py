@@ -55,7 +55,7 @@ class Program:
         # sharded in attributes of `self`, for its other methods: known once every flow is built (a walk
         # that asks before, `isinstance(self.model, FSDPModule)`, finds none).
         self.class_shards: dict[tuple[str, str], list[Event]] = {}
-        self.constructor_attributes: dict[tuple[int, str], tuple] = {}  # constructors.stored_attributes, by class
+        self.constructor_attributes: dict[tuple[int, str, bool], tuple] = {}  # constructors.stored_attributes, by class and purpose
         for file in self.files:
             self._index(file)
         # The run's budget goes first to the files that mention FSDP, whose flows rules report on most;
