@@ -181,7 +181,7 @@ def _base_constructor(program: Program, init: FunctionInfo, call: cst.Call) -> F
     func = call.func
     if type(func) is not cst.Attribute or func.attr.value != "__init__" or init.class_name is None:
         return None
-    lineage = list(program.class_lineage(init.file, init.qualname.rsplit(".", 1)[0]))[1:]  # by its qualified name: a class in a function too
+    lineage = list(program.class_lineage(init.file, init.owner))[1:]  # by its qualified name: a class in a method too
     if type(func.value) is cst.Call and type(func.value.func) is cst.Name and func.value.func.value == "super":
         for entry in lineage:
             if isinstance(entry, tuple) and f"{entry[1]}.__init__" in entry[0].functions:

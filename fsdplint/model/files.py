@@ -28,6 +28,11 @@ class FunctionInfo:
     callers: dict[int, FunctionInfo | None] = field(default_factory=dict, compare=False, repr=False)
 
     @property
+    def owner(self) -> str | None:
+        """The qualified name of its class, for a method (`Tests.test.Model` of a class defined in a method)."""
+        return self.qualname.rsplit(".", 1)[0] if self.class_name is not None else None
+
+    @property
     def called(self) -> bool:
         """Some flow in this run calls it (and so inlines it)."""
         return bool(self.callers)
@@ -39,10 +44,10 @@ class FunctionInfo:
             return False
         if self.name == "__init__":
             return True
-        seen, owner = seen | {id(self.node)}, self.qualname.rsplit(".", 1)[0]
+        seen = seen | {id(self.node)}
         return bool(self.callers) and all(
-            caller is not None and caller.file is self.file and caller.class_name is not None and caller.qualname.rsplit(".", 1)[0] == owner
-            and id(caller.node) not in seen and caller.runs_at_construction(seen) for caller in self.callers.values())
+            caller is not None and caller.file is self.file and caller.owner == self.owner and id(caller.node) not in seen
+            and caller.runs_at_construction(seen) for caller in self.callers.values())
 
 
 @dataclass(eq=False)  # one object per file, compared and hashed by identity

@@ -124,12 +124,9 @@ class Program:
     def _own_attributes(self, file: FileModel, function: FunctionInfo | None) -> dict[str, Value]:
         """A method's `self.x` that every object of its class holds once built (`constructors`), for the
         flow of its own body; none for the constructor, which builds them."""
-        if function is None or function.class_name is None or function.name == "__init__" or function.params[:1] != ["self"]:
+        if function is None or function.owner not in file.classes or function.name == "__init__" or function.params[:1] != ["self"]:
             return {}
-        owner = function.qualname.rsplit(".", 1)[0]
-        if owner not in file.classes:
-            return {}
-        return {f"self.{attribute}": value for attribute, value in attributes_of_every_object(self, file, owner).items()}
+        return {f"self.{attribute}": value for attribute, value in attributes_of_every_object(self, file, function.owner).items()}
 
     def release(self) -> None:
         """Breaks the model's reference cycles (each flow and its program, each function and its file)
@@ -270,7 +267,7 @@ class Program:
 
     def _resolve_callable(self, file: FileModel, caller: FunctionInfo | None, func: cst.CSTNode) -> FunctionInfo | None:
         if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "self":
-            owner = caller.qualname.rsplit(".", 1)[0] if caller and caller.class_name else None
+            owner = caller.owner if caller else None
             return self.method_of_class(file, owner, func.attr.value) if owner in file.classes else None
         if type(func) is cst.Name:
             name = func.value
