@@ -13,7 +13,10 @@ class CollectiveOnSomeRanks(Rule):
     `if is_main_process:`, `if self.global_rank == 0:`, `if fabric.is_global_zero:`, a name assigned
     from such a test, the rest of a function after `if rank != 0: return`, or a function decorated
     `@rank_zero_only`. The collective may be in the guarded block itself or in a function it calls,
-    at any depth among the checked files; the message names the chain of calls.
+    at any depth among the checked files; the message names the chain of calls. A comparison of the
+    rank with a value that also differs between ranks (`if local_rank != self.local_shard_id:` where
+    the constructor set `self.local_shard_id = local_rank % local_world_size`) is no guard: which
+    ranks pass it is not known.
 
     Collectives are the `torch.distributed` ones (`barrier`, `all_reduce`, `broadcast`, ...),
     `dcp.save`/`dcp.load`/`dcp.async_save`, the `get_`/`set_` state-dict helpers with
