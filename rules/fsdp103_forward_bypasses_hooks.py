@@ -52,7 +52,7 @@ class ForwardBypassesHooks(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.fixes import Fix, Replace
-        from fsdplint.model import CALL, METHOD
+        from fsdplint.model import CALL, METHOD, Managed
         from fsdplint.rulekit import at, calls, code, via, where
 
         for flow in program.flows:
@@ -65,7 +65,9 @@ class ForwardBypassesHooks(Rule):
             for event in flow.of_kind(METHOD):
                 if event.method != "forward" or (event.target, event.method) in registered:
                     continue
-                shard = flow.sharding_of(event.target, event.index, fsdp=2)
+                # Hooks are a unit's own: a part of a sharded module that no `fully_shard` was given has
+                # none to skip (its parameters are gathered by its unit's, around the unit's forward).
+                shard = flow.sharding_of(event.target, event.index, fsdp=2, how=Managed.UNIT)
                 if shard is None:
                     continue
                 receiver = code(event, event.node.func.value)

@@ -65,7 +65,7 @@ class Fsdp1ApiOnFsdp2Module(Rule):
     fix_availability = FixAvailability.SAFE
 
     def check(self, program) -> Iterable[Finding]:
-        from fsdplint.model import CALL, FSDP1_WRAPPER, METHOD
+        from fsdplint.model import CALL, FSDP1_WRAPPER, FSDP2_METHODS, FSDP2_MODULE, METHOD
         from fsdplint.rulekit import at, calls, code, no_sync_fix, via, where
 
         # Objects of these classes wrap a module: where a test says the receiver is one, it is not the
@@ -85,6 +85,8 @@ class Fsdp1ApiOnFsdp2Module(Rule):
                 shard = flow.sharding_of(module, event.index, fsdp=2)
                 if shard is None or flow.isinstance_known(event, module, wrappers):
                     continue  # `if isinstance(model, DDP): model.no_sync()`: there, it is DDP's
+                if flow.isinstance_known(event, module, (FSDP2_MODULE,), FSDP2_METHODS) is False:
+                    continue  # the `else` of `if hasattr(model, "set_requires_gradient_sync"):`: no FSDP2 module gets there
                 fix = no_sync_fix(event) if method == "no_sync" else None
                 advice = _FSDP1_METHODS[method].format(m=receiver)
                 yield Finding(event.file, event.node,

@@ -5,6 +5,7 @@ from typing import Iterable
 from fsdplint.rule import Finding, FixAvailability, Rule, Severity
 
 _SEEDING = ("seed",)  # a call whose name says it seeds random numbers: `torch.manual_seed`, `set_seed`, `seed_everything`
+_OTHER_GENERATORS = ("random.", "numpy.")  # their seeds leave torch's, which a DataLoader shuffles with, as they were
 
 
 class DataNotSplitAcrossRanks(Rule):
@@ -17,7 +18,7 @@ class DataNotSplitAcrossRanks(Rule):
 
     ## Why is this bad?
     Every rank builds the same dataset and the same loader, so every rank iterates all of the data
-    in the same batches (with `shuffle=True` too, when the ranks seed alike). Data parallelism
+    in the same batches (with `shuffle=True` too, where the ranks seed torch alike). Data parallelism
     then buys nothing: the gradients the ranks average are all the same, each epoch costs as much
     as on one rank, and the effective batch is one rank's. Nothing fails and nothing is printed
     (observed, torch 2.13, two ranks: both trained on all 32 samples, the same batches).
@@ -26,7 +27,8 @@ class DataNotSplitAcrossRanks(Rule):
     their constructors receive the rank or the world size in any way (arguments, attributes, a
     method of the dataset's class that reads the rank), the dataset is iterable-style or of a class
     fsdplint does not know, a framework prepares the loader (`accelerator.prepare(loader)`, a
-    trainer's `fit`), a shuffling loader's random numbers are seeded from the rank, or the loader
+    trainer's `fit`), a shuffling loader's random numbers are not seeded alike on every rank (seeded
+    from the rank, or never seeded: each process then starts from a seed of its own), or the loader
     is only evaluated (a loop with no `backward()`, where every rank evaluating everything is
     redundant, not wrong), or the training runs in a test module (`test_*.py`), where parity tests
     feed every rank the same batches on purpose. It is a warning: a dataset may be split by means
@@ -100,7 +102,7 @@ class DataNotSplitAcrossRanks(Rule):
         between = flow.events[made.index + 1:training.end]
         if handed_over(between, roots) or rebound(between, loader) or any(_configures(event, roots) for event in between):
             return None
-        if _shuffles(loader) and _seeded_by_rank(flow, training.first):
+        if _shuffles(loader) and not _seeded_alike(flow, training.first):
             return None
         line = made.file.position(made.node).start.line
         return Finding(loader.file, loader.node,
@@ -221,11 +223,16 @@ def _shuffles(loader) -> bool:
     return given is not None and not (type(given[0]) is cst.Name and given[0].value == "False")
 
 
-def _seeded_by_rank(flow, before: int) -> bool:
-    """A seeding call given something of the rank (`torch.manual_seed(seed + rank)`) before the loop:
-    the ranks then shuffle differently."""
+def _seeded_alike(flow, before: int) -> bool:
+    """Torch's random numbers are seeded before the loop, from nothing of the rank (`torch.manual_seed(42)`,
+    `set_seed(args.seed)`): every rank shuffles alike. Never seeded, each process's generator starts from
+    a seed of its own; seeded from the rank (`seed + rank`), they differ: the ranks shuffle differently."""
+    seeded = False
     for event in flow.events[:before]:
         name = (event.method or event.qname or "").rsplit(".", 1)[-1].lower()
-        if any(word in name for word in _SEEDING) and any(value.rank is not None or value.rank_derived for value in (*event.args, *event.kwargs.values())):
-            return True
-    return False
+        if not any(word in name for word in _SEEDING) or (event.qname or "").startswith(_OTHER_GENERATORS):
+            continue
+        if any(value.rank is not None or value.rank_derived for value in (*event.args, *event.kwargs.values())):
+            return False
+        seeded = True
+    return seeded

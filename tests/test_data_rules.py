@@ -87,6 +87,25 @@ def test_shuffled_by_a_seed_of_the_rank_is_not_reported():
     assert lines(source.replace("1234 + dist.get_rank()", "1234"), "FSDP310") == [5]
 
 
+def test_a_shuffle_never_seeded_differs_between_ranks():
+    """fal-ai-community/video-diffusion-speedrun: `shuffle=True` and torch never seeded (numpy's seed
+    leaves torch's generator alone): each process draws its own order, not the same batches."""
+    source = """
+    import numpy as np
+
+    def train(model, data):
+        fully_shard(model)
+        {seed}
+        loader = DataLoader(TensorDataset(data), batch_size=8, shuffle=True)
+        for x in loader:
+            model(x).sum().backward()
+    """
+    assert lines(source.format(seed="pass"), "FSDP310") == []
+    assert lines(source.format(seed="np.random.seed(0)"), "FSDP310") == []
+    assert lines(source.format(seed="torch.manual_seed(args.seed)"), "FSDP310") == [7]
+    assert lines(source.replace("shuffle=True", "shuffle=False").format(seed="pass"), "FSDP310") == [7]
+
+
 def test_sampler_epoch_forms():
     source = """
     def train(model, dataset, trainer, use_dist):

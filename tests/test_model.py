@@ -1135,3 +1135,74 @@ def test_a_method_only_the_constructor_calls_runs_before_the_methods_that_shard(
     net.shard()
     net.copy_transformer()
     """), ["FSDP109"]) == [(19, "FSDP109")]
+
+
+def test_forward_bypasses_the_hooks_of_a_unit_only():
+    """mamba-vla calls `self.action_expert.forward(...)` in a registered forward method: `action_expert`
+    is a part of the sharded root that no `fully_shard` was given, with no hooks of its own to skip
+    (its parameters are gathered by the root's). A block given to `fully_shard` has hooks."""
+    source = """
+    from torch.distributed.fsdp import fully_shard
+
+    def main(model, x):
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+        return {called}.forward(x)
+    """
+    assert codes(source.format(called="model.head"), ["FSDP103"]) == []
+    assert codes(source.format(called="model.blocks[0]"), ["FSDP103"]) == [(8, "FSDP103")]
+    assert codes(source.format(called="model"), ["FSDP103"]) == [(8, "FSDP103")]
+
+
+def test_an_elif_knows_the_tests_before_it_failed():
+    """apple/ml-starflow: `if hasattr(model, "set_requires_gradient_sync"): ... elif hasattr(model,
+    "no_sync"): model.no_sync()`: every FSDP2 module takes the first arm."""
+    source = """
+    import contextlib
+    from torch.distributed.fsdp import fully_shard
+
+    def sync_context(model, sync):
+        if {test}:
+            model.set_requires_gradient_sync(sync)
+            return contextlib.nullcontext()
+        elif not sync:
+            return model.no_sync()
+        return contextlib.nullcontext()
+
+    def main(model):
+        fully_shard(model)
+        with sync_context(model, False):
+            pass
+    """
+    assert codes(source.format(test='hasattr(model, "set_requires_gradient_sync")'), ["FSDP105"]) == []
+    assert codes(source.format(test='hasattr(model, "unshard_params")'), ["FSDP105"]) == [(10, "FSDP105")]
+
+
+def test_a_flag_that_returns_before_sharding_excludes_a_save_under_its_negation():
+    """apple/ml-starflow: `parallelize_model` returns before any `fully_shard` unless `args.fsdp`, and
+    `save_model` saves with `torch.save` only `if not args.fsdp` (else `dcp.save`)."""
+    source = """
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.fsdp import fully_shard
+
+    def parallelize(args, model):
+        if not args.fsdp:
+            return model
+        fully_shard(model)
+        return model
+
+    def save(args, model, path):
+        states = model.state_dict()
+        if {saved}:
+            torch.save(states, path)
+        else:
+            dcp.save(states, checkpoint_id=path)
+
+    def main(args, model):
+        model = parallelize(args, model)
+        save(args, model, "ckpt")
+    """
+    assert codes(source.format(saved="not args.fsdp"), ["FSDP201"]) == []
+    assert codes(source.format(saved="args.fsdp"), ["FSDP201"]) == [(15, "FSDP201")]

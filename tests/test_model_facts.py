@@ -1580,3 +1580,21 @@ def test_a_class_defined_in_a_method_has_its_constructors_facts():
     """)
     forward = flow_of(program, "Tests.test.Model.forward")
     assert not forward.exhausted
+
+
+def test_what_holds_where_an_event_runs_after_an_early_return_and_in_an_elif():
+    program = program_of("""
+    from torch.distributed.fsdp import fully_shard
+
+    def main(args, model):
+        if not args.fsdp:
+            return model
+        if args.a:
+            pass
+        elif args.b:
+            fully_shard(model.head)
+        fully_shard(model)
+    """)
+    head, root = flow_of(program, "main").of_kind(model.SHARD)
+    assert head.conditions() == {("args.fsdp", True), ("args.a", False), ("args.b", True)}
+    assert root.conditions() == {("args.fsdp", True)}

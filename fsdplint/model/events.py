@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping
 
 import libcst as cst
 
-from fsdplint.model.syntax import holds_statement, parts_that_hold, statements_of, suites_of
+from fsdplint.model.syntax import exits_block, holds_statement, parts_that_hold, statements_of, suites_of
 from fsdplint.model.values import NO_KEYWORDS, Arms, Ref, Value
 
 if TYPE_CHECKING:
@@ -164,8 +164,10 @@ class Event:
         return None
 
     def conditions(self) -> set[tuple[str, bool]]:
-        """What holds where the event runs, as (test source, truth): the tests of the `if`s around it
-        and the `assert`s before it in the blocks that hold it (`not` folded into the truth)."""
+        """What holds where the event runs, as (test source, truth): the tests of the `if`s around it,
+        and before it in the blocks that hold it the `assert`s and the `if`s without `else` whose body
+        leaves the block (`if not args.fsdp: return model` before the `fully_shard`s: `args.fsdp`
+        holds there), `not` folded into the truth."""
         facts: set[tuple[str, bool]] = set()
         path = self.outer + self.parents + (self.statement,)
 
@@ -175,16 +177,21 @@ class Event:
 
         for node, in_body in self.branches():
             add(node.test, in_body)
+        # Each block on the path, with the statement of it the path goes on to: the body of the function
+        # (or module) holding the event first, then the blocks of the statements around it.
+        own = self.parents + (self.statement,)
+        blocks = [(statements_of(self.function.node.body if self.function else self.file.module), own[0])]
         for position, node in enumerate(path[:-1]):
-            inner = path[position + 1]
-            for suite in suites_of(node):
-                statements = statements_of(suite)
-                if any(statement is inner for statement in statements):
-                    for statement in statements[:[id(s) for s in statements].index(id(inner))]:
-                        if type(statement) is cst.SimpleStatementLine:
-                            for small in statement.body:
-                                if type(small) is cst.Assert:
-                                    add(small.test, True)
+            blocks += [(statements_of(suite), path[position + 1]) for suite in suites_of(node)]
+        for statements, inner in blocks:
+            if any(statement is inner for statement in statements):
+                for statement in statements[:[id(s) for s in statements].index(id(inner))]:
+                    if type(statement) is cst.SimpleStatementLine:
+                        for small in statement.body:
+                            if type(small) is cst.Assert:
+                                add(small.test, True)
+                    elif type(statement) is cst.If and statement.orelse is None and exits_block(statement.body):
+                        add(statement.test, False)
         return facts
 
     def exclusive(self, other: Event) -> bool:

@@ -197,7 +197,7 @@ class Flow:
 
         at = self.events[before] if before < len(self.events) else None
         managing = [event for event in itertools.takewhile(lambda event: event.index < before, self.of_kind(SHARD, WRAP))
-                    if manages(event) and not (at and event.exclusive(at))]
+                    if manages(event) and not (at and event.excludes(at))]
         if not managing and ref.root == "self" and self.function and not self.function.runs_at_construction() \
                 and not any(manages(event) for event in self.of_kind(SHARD, WRAP)):
             managing = [event for event in self.program.class_shards.get((self.file.module_name, self.function.class_name), ())

@@ -8,7 +8,11 @@ import libcst as cst
 
 FULLY_SHARD = "torch.distributed.fsdp.fully_shard"
 FSDP1_WRAPPER = "torch.distributed.fsdp.FullyShardedDataParallel"
-FSDP_CLASSES = frozenset({FSDP1_WRAPPER, "torch.distributed.fsdp.FSDPModule"})  # what a sharded or wrapped module is an instance of
+FSDP2_MODULE = "torch.distributed.fsdp.FSDPModule"  # the class `fully_shard` gives a module
+FSDP_CLASSES = frozenset({FSDP1_WRAPPER, FSDP2_MODULE})  # what a sharded or wrapped module is an instance of
+# Methods only an FSDP2 module has: `if hasattr(model, "set_requires_gradient_sync"):` tests for one.
+FSDP2_METHODS = ("set_requires_gradient_sync", "set_reshard_after_backward", "set_is_last_backward", "set_modules_to_forward_prefetch",
+                 "set_modules_to_backward_prefetch", "set_post_optim_event", "set_reduce_scatter_divide_factor", "set_unshard_in_backward")
 
 # Private and historical module paths that re-export the public FSDP objects.
 _CANONICAL_PREFIXES = (

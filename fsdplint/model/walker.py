@@ -314,7 +314,7 @@ class Walker:
                     return
                 with self.guarded(node, GUARD_ELSE, test, bool(test and test.when_false)):
                     if type(node.orelse) is cst.If:
-                        self.statement(node.orelse, parents)
+                        self.statement(node.orelse, inner)  # an `elif` runs inside the `if`, where its test failed
                     else:
                         self.walk_suite(node.orelse.body, inner)
 
