@@ -731,3 +731,21 @@ def test_a_device_context_line_after_the_same_device_was_set_is_only_redundant()
             torch.cuda.set_device(device)
         torch.cuda.device(device)
     """) == [(9, "FSDP305"), (13, "FSDP305")]
+
+
+def test_a_module_built_and_moved_in_one_expression_moves_to_its_device():
+    """`nn.Linear(2, 2).to(rank)`: the module is still the one the constructor built, and the move
+    is a call with a device argument, as `Net().to(rank)` of a class of the run is."""
+    assert fsdp302_lines("""
+    import os
+    import torch.nn as nn
+
+    class Net(nn.Module):
+        pass
+
+    def main():
+        rank = int(os.environ["RANK"])
+        model = Net().to(rank)
+        head = nn.Linear(2, 2).to(rank)
+        local = nn.Linear(2, 2).to(int(os.environ["LOCAL_RANK"]))
+    """) == [10, 11]

@@ -971,7 +971,10 @@ class Walker:
             return Value(event=event, params_of=receiver.params_of)
         if (type(func) is cst.Attribute and qname is None and func.attr.value in RETURNS_SELF
                 and receiver.event is not None and receiver.event.kind == CALL):
-            return receiver  # `nn.Linear(4, 4).to(device)` is still the module `nn.Linear(...)` built
+            # `nn.Linear(4, 4).to(device)` is still the module `nn.Linear(...)` built; the move is a call
+            # of its own, with its device (as `Net().to(rank)` of a class of the run is).
+            self.emit(CALL, node, **{**common, "qname": dotted_name(func)})
+            return receiver
         callee_ref = self.ref_of(func) if qname is None else None
         if callee_ref is not None:
             # `TinyLM(...)`: a name of no function of the run, nor imported: a class of the file, by its name.
