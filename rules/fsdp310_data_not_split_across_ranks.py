@@ -232,7 +232,8 @@ def _seeded_alike(flow, before: int) -> bool:
         name = (event.method or event.qname or "").rsplit(".", 1)[-1].lower()
         if not any(word in name for word in _SEEDING) or (event.qname or "").startswith(_OTHER_GENERATORS):
             continue
-        if any(value.rank is not None or value.rank_derived for value in (*event.args, *event.kwargs.values())):
+        if any(value.rank is not None or value.rank_derived for value in (*event.args, *event.kwargs.values())) \
+                or "device_specific" in event.keywords_set_true():  # accelerate's `set_seed(seed, device_specific=True)` adds the rank
             return False
         seeded = True
     return seeded

@@ -92,6 +92,7 @@ def test_a_shuffle_never_seeded_differs_between_ranks():
     leaves torch's generator alone): each process draws its own order, not the same batches."""
     source = """
     import numpy as np
+    from accelerate.utils import set_seed
 
     def train(model, data):
         fully_shard(model)
@@ -102,8 +103,10 @@ def test_a_shuffle_never_seeded_differs_between_ranks():
     """
     assert lines(source.format(seed="pass"), "FSDP310") == []
     assert lines(source.format(seed="np.random.seed(0)"), "FSDP310") == []
-    assert lines(source.format(seed="torch.manual_seed(args.seed)"), "FSDP310") == [7]
-    assert lines(source.replace("shuffle=True", "shuffle=False").format(seed="pass"), "FSDP310") == [7]
+    assert lines(source.format(seed="torch.manual_seed(args.seed)"), "FSDP310") == [8]
+    assert lines(source.format(seed="set_seed(args.seed)"), "FSDP310") == [8]
+    assert lines(source.format(seed="set_seed(args.seed, device_specific=True)"), "FSDP310") == []
+    assert lines(source.replace("shuffle=True", "shuffle=False").format(seed="pass"), "FSDP310") == [8]
 
 
 def test_sampler_epoch_forms():
