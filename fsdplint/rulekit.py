@@ -284,6 +284,14 @@ def _function_passed(program, event: Event, passed: tuple[cst.CSTNode, Value] | 
     return value.callees[0] if len(value.callees) == 1 else program.resolve_callable(event.file, event.function, node)
 
 
+def is_backward(event: Event) -> bool:
+    """`loss.backward()`, `model(x).sum().backward()`, `accelerator.backward(loss)`, `scaler.scale(loss).backward()`."""
+    import libcst as cst
+
+    node = event.node
+    return event.method == "backward" or type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "backward"
+
+
 def process_group_backend(event: Event) -> str | None:
     """The backend an `init_process_group` call names as a string the model knows (`"nccl"`,
     `"cpu:gloo,cuda:nccl"`, a name assigned one); None when it names none or computes it."""

@@ -79,7 +79,7 @@ class DataNotSplitAcrossRanks(Rule):
                         yield finding
 
     def _finding(self, program, flow, loader) -> Finding | None:
-        from fsdplint.rulekit import argument, at, handed_over, rebound, where
+        from fsdplint.rulekit import argument, at, handed_over, is_backward, rebound, where
 
         if any(arg.star for arg in loader.node.args) or argument(loader, 3, "sampler") or argument(loader, 4, "batch_sampler") \
                 or "generator" in loader.kwargs or _per_process(loader):
@@ -92,7 +92,7 @@ class DataNotSplitAcrossRanks(Rule):
         if kind is None or _per_process(made):
             return None
         loops = [loop for loop in flow.loops if loop.first > loader.index and loop.iterable is not None and _iterates_loader(loop.iterable, loader)]
-        training = next((loop for loop in loops if any(_backward(event) for event in loop.body(flow))), None)
+        training = next((loop for loop in loops if any(is_backward(event) for event in loop.body(flow))), None)
         if training is None:
             return None
         model = _distributed_model(flow, training)
@@ -116,14 +116,6 @@ def _iterates_loader(value, loader) -> bool:
     from fsdplint.rulekit import iterates
 
     return value.event is loader or (loader.binding is not None and iterates(value, loader.binding))
-
-
-def _backward(event) -> bool:
-    """`loss.backward()`, `model(x).sum().backward()`, `accelerator.backward(loss)`, `scaler.scale(loss).backward()`."""
-    import libcst as cst
-
-    node = event.node
-    return event.method == "backward" or type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "backward"
 
 
 def _per_process(event) -> bool:

@@ -18,8 +18,9 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
     Finds fp16 training of an FSDP1 (`FullyShardedDataParallel`) model without
     `ShardedGradScaler`: a `torch.amp.GradScaler` / `torch.cuda.amp.GradScaler` stepping an
     optimizer over an FSDP1 model, or an fp16 `MixedPrecision` in a program that wraps with
-    `FullyShardedDataParallel` and scales no loss at all (the whole run is judged: the policy is
-    often a constant of a policies module that a function picks at run time). A scaler built
+    `FullyShardedDataParallel`, trains (calls `backward()`) and scales no loss at all (the whole run
+    is judged: the policy is often a constant of a policies module that a function picks at run
+    time; a run that only evaluates has no gradients to underflow). A scaler built
     `enabled=False`, or with a test that is false whatever runs (`dtype == "float16"` where `dtype`
     is a `torch.dtype`), scales nothing and skips nothing: it is not reported, and does not count
     as loss scaling. A model wrapped with `sharding_strategy=ShardingStrategy.NO_SHARD` holds whole,
@@ -115,17 +116,19 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
 
     @staticmethod
     def _fp16_without_scaler(program) -> Iterable[Finding]:
-        """An fp16 `MixedPrecision` in a program that wraps with FSDP1 and scales no loss at all. The
-        policy is often a module constant of a policies file (`fpSixteen = MixedPrecision(...)`),
-        picked by a function at run time, so the program as a whole is what is judged."""
-        from fsdplint.model import CALL
-        from fsdplint.rulekit import at, where
+        """An fp16 `MixedPrecision` in a program that wraps with FSDP1, trains (a `backward()`) and
+        scales no loss at all. The policy is often a module constant of a policies file (`fpSixteen =
+        MixedPrecision(...)`), picked by a function at run time, so the program as a whole is what is
+        judged. A program that only evaluates has no gradients to underflow."""
+        from fsdplint.model import CALL, METHOD
+        from fsdplint.rulekit import at, is_backward, where
 
         calls = [event for flow in program.flows for event in flow.of_kind(CALL)]
         wraps = [event for flow in program.flows for event in flow.shard_events(fsdp=1)]
         scales = any(name.endswith("ShardedGradScaler") for file in program.files_with("ShardedGradScaler") for name in file.imports.values()) \
             or any(event.qname in _GRAD_SCALERS and not _disabled(event) for event in calls)
-        if scales or not wraps:
+        trains = any(is_backward(event) for flow in program.flows for event in flow.of_kind(METHOD, CALL))
+        if scales or not wraps or not trains:
             return
         for policy in calls:
             if policy.qname != "torch.distributed.fsdp.MixedPrecision":
