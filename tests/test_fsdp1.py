@@ -486,3 +486,25 @@ def test_fsdp401_a_module_with_parameters_only_or_already_wrapped_is_one_unit_ri
     outer = FSDP(inner)
     whole = FSDP(Net())
     """, select=["FSDP401"]) == [(10, "FSDP401")]
+
+
+def test_a_callee_tests_the_flag_its_caller_wrapped_under_by_its_parameter():
+    """nnethercott/beni: `main` wraps only `if cfg.fsdp:`, `train(model, cfg)` clips with torch's
+    function only in the `else` of `if c.fsdp:`: `c.fsdp` of `train(model, cfg)` is `cfg.fsdp`, so
+    the plain clip never meets the wrapped model. A flag the call does not pass still counts as another."""
+    source = """
+    def train(model, c, other):
+        if {tested}.fsdp:
+            model.clip_grad_norm_(1.0)
+        else:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+
+    def main(cfg, other):
+        if cfg.fsdp:
+            model = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({{Block}}))
+        else:
+            model = Net()
+        train(model, cfg, other)
+    """
+    assert codes(source.format(tested="c"), select=["FSDP402"]) == []
+    assert codes(source.format(tested="other"), select=["FSDP402"]) == [(5, "FSDP402")]
