@@ -490,8 +490,9 @@ def test_fsdp401_a_module_with_parameters_only_or_already_wrapped_is_one_unit_ri
 
 def test_a_callee_tests_the_flag_its_caller_wrapped_under_by_its_parameter():
     """nnethercott/beni: `main` wraps only `if cfg.fsdp:`, `train(model, cfg)` clips with torch's
-    function only in the `else` of `if c.fsdp:`: `c.fsdp` of `train(model, cfg)` is `cfg.fsdp`, so
-    the plain clip never meets the wrapped model. A flag the call does not pass still counts as another."""
+    function only in the `else` of `if c.fsdp:`: `c.fsdp` holds the object `cfg.fsdp` names, so the
+    plain clip never meets the wrapped model (Event.facts name objects, not spellings). A flag of
+    another object is another test."""
     source = """
     def train(model, c, other):
         if {tested}.fsdp:
@@ -508,3 +509,7 @@ def test_a_callee_tests_the_flag_its_caller_wrapped_under_by_its_parameter():
     """
     assert codes(source.format(tested="c"), select=["FSDP402"]) == []
     assert codes(source.format(tested="other"), select=["FSDP402"]) == [(5, "FSDP402")]
+    # ... also through a name the callee binds it to (beni's `c = train_config`): the same object.
+    aliased = source.replace("def train(model, c, other):", "def train(model, train_config, other):\n        c = train_config")
+    assert codes(aliased.format(tested="c"), select=["FSDP402"]) == []
+    assert codes(aliased.format(tested="other"), select=["FSDP402"]) == [(6, "FSDP402")]

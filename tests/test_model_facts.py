@@ -1598,3 +1598,23 @@ def test_what_holds_where_an_event_runs_after_an_early_return_and_in_an_elif():
     head, root = flow_of(program, "main").of_kind(model.SHARD)
     assert head.conditions() == {("args.fsdp", True), ("args.a", False), ("args.b", True)}
     assert root.conditions() == {("args.fsdp", True)}
+
+
+def test_what_holds_names_the_object_a_test_reads_whatever_it_is_called():
+    """`if c.fsdp:` in a callee where `c = config` and the caller passed its `cfg`: the fact is of the
+    caller's `cfg.fsdp`, as the caller's own `if cfg.fsdp:` is; a name the walk never bound (a global)
+    stays as written."""
+    program = program_of("""
+    from torch.distributed.fsdp import fully_shard
+
+    def shard(model, config):
+        c = config
+        if c.fsdp and not GLOBAL.off:
+            fully_shard(model)
+
+    def main(cfg, model):
+        if cfg.fsdp:
+            shard(model, cfg)
+    """)
+    [event] = flow_of(program, "main").of_kind(model.SHARD)
+    assert event.conditions() == {("cfg.fsdp", True), ("GLOBAL.off", False), ("c.fsdp and not GLOBAL.off", True)}

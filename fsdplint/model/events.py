@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping
 
 import libcst as cst
 
-from fsdplint.model.names import dotted_name
-from fsdplint.model.syntax import exits_block, holds_statement, parts_that_hold, statements_of, suites_of
+from fsdplint.model.syntax import holds_statement, parts_that_hold
 from fsdplint.model.values import NO_KEYWORDS, Arms, Ref, Value
 
 if TYPE_CHECKING:
@@ -99,6 +98,11 @@ class RankGuard:
         return " ".join(self.file.module.code_for_node(test).split()), holds
 
 
+# A part of a test and its truth where an event runs: the part as the object it names (`cfg.fsdp`
+# of a variable of the walk, whatever the name it is reached by), or as its source.
+Fact = tuple["Ref | str", bool]
+
+
 @dataclass(slots=True)  # hundreds of thousands on a large repository: no per-instance dict
 class Event:
     kind: EventKind
@@ -127,6 +131,9 @@ class Event:
     value: Value | None = None  # ASSIGN, SET_ENV: the value assigned (`model.output.weight = model.tok_embeddings.weight`)
     variable: str | None = None  # SET_ENV: the environment variable set
     only_if_unset: bool = False  # SET_ENV: `os.environ.setdefault(...)`, a default the launcher's own value overrides
+    # What holds where it runs, across inlined calls: the tests of the `if`s around it, and of the
+    # `assert`s and the `if`s that leave the block before it (Walker.facts_of).
+    facts: tuple[Fact, ...] = ()
 
     def keywords_set_true(self) -> frozenset[str]:
         """The keyword arguments written as `True` (`StateDictOptions(full_state_dict=True)`)."""
@@ -165,59 +172,9 @@ class Event:
         return None
 
     def conditions(self) -> set[tuple[str, bool]]:
-        """What holds where the event runs, as (test source, truth): the tests of the `if`s around it,
-        and before it in the blocks that hold it the `assert`s and the `if`s without `else` whose body
-        leaves the block (`if not args.fsdp: return model` before the `fully_shard`s: `args.fsdp`
-        holds there), `not` folded into the truth. A test of the function holding the event, reached
-        through a call, on a parameter's attribute is written as the caller passed it (`c.fsdp` of
-        `train(model, cfg)` is `cfg.fsdp`), so that the caller's own test of it is the same test."""
-        facts: set[tuple[str, bool]] = set()
-        path = self.outer + self.parents + (self.statement,)
-        own = self.parents + (self.statement,)
-        passed = self._passed_texts()
-
-        def add(test: cst.CSTNode, truth: bool, in_own_function: bool) -> None:
-            # `a and b` true: both true; `a or b` false: both false.
-            for part, holds in parts_that_hold(test, truth):
-                text = self.file.code(part).strip()
-                root, _, rest = text.partition(".")
-                if in_own_function and root in passed and dotted_name(part) == text:
-                    text = passed[root] + (f".{rest}" if rest else "")
-                facts.add((text, holds))
-
-        for node, in_body in self.branches():
-            add(node.test, in_body, any(node is parent for parent in self.parents))
-        # Each block on the path, with the statement of it the path goes on to and whether it is of the
-        # function holding the event: that function's body (or the module's) first, then the blocks of
-        # the statements around the event.
-        blocks = [(statements_of(self.function.node.body if self.function else self.file.module), own[0], True)]
-        for position, node in enumerate(path[:-1]):
-            blocks += [(statements_of(suite), path[position + 1], position >= len(self.outer)) for suite in suites_of(node)]
-        for statements, inner, in_own_function in blocks:
-            if any(statement is inner for statement in statements):
-                for statement in statements[:[id(s) for s in statements].index(id(inner))]:
-                    if type(statement) is cst.SimpleStatementLine:
-                        for small in statement.body:
-                            if type(small) is cst.Assert:
-                                add(small.test, True, in_own_function)
-                    elif type(statement) is cst.If and statement.orelse is None and exits_block(statement.body):
-                        add(statement.test, False, in_own_function)
-        return facts
-
-    def _passed_texts(self) -> dict[str, str]:
-        """The parameters of the function holding the event, reached through a call, that the call
-        passes a name or attribute for, each with that argument as written (`{"c": "cfg"}`)."""
-        if not self.call_sites or self.function is None:
-            return {}
-        call = self.call_sites[-1]
-        params = list(self.function.params)
-        if params[:1] in (["self"], ["cls"]) and type(call.func) is cst.Attribute:
-            params = params[1:]  # the receiver is the call's `obj.` part
-        positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
-        if len(positional) != len([arg for arg in call.args if arg.keyword is None]):
-            return {}  # `*args`: which parameter gets what is not known
-        given = dict(zip(params, positional)) | {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
-        return {name: text for name, value in given.items() if name in params and (text := dotted_name(value)) is not None}
+        """What holds where the event runs, as (test, truth): `facts`, a part naming an object as that
+        object (`cfg.fsdp` for `c.fsdp` where the walk bound `c` to `cfg`), any other as its source."""
+        return {(subject if isinstance(subject, str) else subject.dotted(), truth) for subject, truth in self.facts}
 
     def exclusive(self, other: Event) -> bool:
         """The two sit in different arms of one branching statement (`if`/`elif`/`else`, the rest of a

@@ -58,6 +58,7 @@ class Surroundings:
     rank_guards: tuple[RankGuard, ...]
     contexts: tuple[Event, ...]
     arms: tuple
+    facts: tuple
 
 
 @dataclass
@@ -245,6 +246,10 @@ class Copier:
     def arms(self, arms: tuple) -> tuple:
         return self.rebase("arms", arms, self.summary.around.arms, self.around.arms, self.arm)
 
+    def fact(self, fact: tuple) -> tuple:
+        subject, truth = fact
+        return (subject if isinstance(subject, str) else self.ref(subject)), truth
+
     def chain(self, chain: tuple[str, ...]) -> tuple[str, ...]:
         return self.rebase("chain", chain, self.summary.around.chain, self.around.chain, _same)
 
@@ -278,7 +283,8 @@ class Copier:
                      self.rebase("outer", event.outer, around.outer, self.around.outer, _same), self.rank_guards(event.rank_guards),
                      self.arms(event.arms), self.rebase("call_sites", event.call_sites, around.call_sites, self.around.call_sites, _same),
                      self.rebase("contexts", event.contexts, around.contexts, self.around.contexts, self.event),
-                     value(event.value), event.variable, event.only_if_unset)
+                     value(event.value), event.variable, event.only_if_unset,
+                     self.rebase("facts", event.facts, around.facts, self.around.facts, self.fact))
         self.events[id(event)] = copy
         return copy
 

@@ -63,6 +63,10 @@ class Ref:
     def is_submodule(self) -> bool:
         return bool(self.path)
 
+    def dotted(self) -> str:
+        """The root and the path as one name (`main@3:cfg.fsdp`): the same object, the same name."""
+        return ".".join((self.root, *self.path))
+
     def is_within(self, other: Ref) -> bool:
         """True when self is other or reached from it (`[]` matches any one step)."""
         if self.root != other.root or len(self.path) < len(other.path):

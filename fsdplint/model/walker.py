@@ -65,6 +65,7 @@ from fsdplint.model.syntax import (
     isinstance_classes,
     literal_default,
     no_statements,
+    parts_that_hold,
     patched_names,
     returned_names,
     string_default,
@@ -137,7 +138,7 @@ class Walker:
 
     def __init__(self, flow: Flow, file: FileModel, function: FunctionInfo | None, env: dict[str, Value], prefix: str, chain: tuple[str, ...], depth: int, stack: tuple[int, ...] = (),
                  outer: tuple[cst.CSTNode, ...] = (), rank_guards: tuple[RankGuard, ...] = (), call_sites: tuple[cst.Call, ...] = (),
-                 contexts: tuple[Event, ...] = (), arms: Arms = ()) -> None:
+                 contexts: tuple[Event, ...] = (), arms: Arms = (), facts: tuple[Fact, ...] = ()) -> None:
         self.flow = flow
         self.file = file
         self.function = function
@@ -160,6 +161,7 @@ class Walker:
         self.call_sites = call_sites
         self.contexts = contexts
         self.arms = arms
+        self.facts = facts
         self.passes = ""  # the unrolled loop passes the walk is in (`/0/2`), for arm_key
         # In a decorator's wrapper: the decorated call's arguments, and the function it decorates.
         self.forwarded: tuple[tuple[Value, ...], dict[str, Value]] | None = None
@@ -182,6 +184,27 @@ class Walker:
             yield
         finally:
             self.rank_guards = saved
+
+    @contextmanager
+    def holding(self, test: cst.CSTNode, truth: bool) -> Iterator[None]:
+        """Events emitted inside run where `test` has this truth (Event.facts)."""
+        saved = self.facts
+        self.facts += self.facts_of(test, truth)
+        try:
+            yield
+        finally:
+            self.facts = saved
+
+    def facts_of(self, test: cst.CSTNode, truth: bool) -> tuple[Fact, ...]:
+        """What `test` having this truth says, part by part (`a and b` true: both true; `not` folded):
+        a part that names a variable of the walk (`cfg.fsdp`, `c.fsdp` where `c = train_config` of a
+        caller's `cfg`) by the object it holds, any other by its source."""
+        facts = []
+        for part, holds in parts_that_hold(test, truth):
+            name = dotted_name(part)
+            ref = self.ref_of(part) if name is not None and name.split(".")[0] in self.env else None
+            facts.append((ref if ref is not None else self.file.code(part).strip(), holds))
+        return tuple(facts)
 
     # statements
 
@@ -269,7 +292,7 @@ class Walker:
 
     def walk_suite(self, suite: cst.CSTNode, parents: tuple[cst.CSTNode, ...]) -> None:
         if type(suite) in (cst.Module, cst.IndentedBlock):
-            saved, saved_arms = self.rank_guards, self.arms
+            saved, saved_arms, saved_facts = self.rank_guards, self.arms, self.facts
             for statement in suite.body:
                 test = self.statement(statement, parents)
                 if self.path_ended:
@@ -283,7 +306,8 @@ class Walker:
                 body_exits, else_exits = exits_block(statement.body), else_arm_exits(statement)
                 if body_exits != else_exits:
                     self.arms += ((self.arm_key(statement), 0 if else_exits else 1),)
-            self.rank_guards, self.arms = saved, saved_arms
+                    self.facts += self.facts_of(statement.test, else_exits)
+            self.rank_guards, self.arms, self.facts = saved, saved_arms, saved_facts
         elif type(suite) is cst.SimpleStatementSuite:
             # `if x: a(); b()`: the compound statement holds them; `def f(): a()`: the def itself.
             holder, outer = (parents[-1], parents[:-1]) if parents else (self.function.node, ())
@@ -304,7 +328,7 @@ class Walker:
                 self.flow.write(Write.TYPE_TESTED, id(node))
 
             def body() -> None:
-                with self.guarded(node, GUARD_BODY, test, bool(test and test.when_true)):
+                with self.guarded(node, GUARD_BODY, test, bool(test and test.when_true)), self.holding(node.test, True):
                     self.type_tests += value.type_test
                     self.walk_suite(node.body, inner)
                     self.type_tests -= value.type_test
@@ -312,7 +336,7 @@ class Walker:
             def orelse() -> None:
                 if node.orelse is None:
                     return
-                with self.guarded(node, GUARD_ELSE, test, bool(test and test.when_false)):
+                with self.guarded(node, GUARD_ELSE, test, bool(test and test.when_false)), self.holding(node.test, False):
                     if type(node.orelse) is cst.If:
                         self.statement(node.orelse, inner)  # an `elif` runs inside the `if`, where its test failed
                     else:
@@ -539,6 +563,7 @@ class Walker:
                 self.flow.write(Write.ASSERTED_RANK, test.rank_test.pins)  # the other ranks stop here
             if node.msg is not None:
                 self.expr(node.msg, statement, parents)
+            self.facts += self.facts_of(node.test, True)  # the rest of the block runs where it held
         elif type(node) is cst.Raise:
             for child in node.children:
                 self.expr(child, statement, parents)
@@ -1136,7 +1161,7 @@ class Walker:
             self.emit(ENTER, node, statement=statement, parents=parents, qname=callee.qualname, args=args, kwargs=kwargs)
             walker = Walker(self.flow, wrapper.file, wrapper, {holder: Value(callees=(callee,))}, f"{wrapper.name}@{self.flow.program.next_call_id()}:",
                              self.chain + (callee.name,), self.depth + 1, self.stack, self.outer + parents + (statement,), self.rank_guards,
-                             self.call_sites + (node,), self.contexts, self.arms)
+                             self.call_sites + (node,), self.contexts, self.arms, self.facts)
             walker.forwarded, walker.forwarded_to, walker.patched = (args, kwargs), callee, self.patched
             if callee.class_name and callee.params[:1] == ["self"] and type(node.func) is cst.Attribute:
                 walker.forwarded_receiver = receiver, self.receiver_attributes(receiver, "self")
@@ -1184,12 +1209,12 @@ class Walker:
                 self.record_origin(prefix + name, given.event)
         chain, call_sites = (self.chain, self.call_sites) if through_wrapper else (self.chain + (callee.name,), self.call_sites + (node,))
         walker = Walker(self.flow, callee.file, callee, env, prefix, chain, self.depth + 1, self.stack,
-                         self.outer + parents + (statement,), self.rank_guards, call_sites, self.contexts, self.arms)
+                         self.outer + parents + (statement,), self.rank_guards, call_sites, self.contexts, self.arms, self.facts)
         walker.patched = self.patched
         if through_wrapper:
             walker.walk_suite(callee.node.body, ())
             return walker.returned
-        around = Surroundings(chain, call_sites, walker.outer, self.rank_guards, self.contexts, self.arms)
+        around = Surroundings(chain, call_sites, walker.outer, self.rank_guards, self.contexts, self.arms, self.facts)
         returned = walk_body(walker, self.stack, around, call_id, _MAX_INLINE_DEPTH)
         if self.flow.steps > FLOW_BUDGET:
             raise BudgetExhausted  # a copied walk counts its steps as the walk did
@@ -1198,7 +1223,7 @@ class Walker:
     def emit(self, kind: EventKind, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple, **fields) -> Event:
         event = Event(kind, node, self.file, statement, parents, self.chain, function=self.function, outer=self.outer,
                       rank_guards=self.rank_guards, arms=self.arms, call_sites=self.call_sites, contexts=self.contexts,
-                      index=len(self.flow.events), **fields)
+                      index=len(self.flow.events), facts=self.facts, **fields)
         self.flow.events.append(event)
         return event
 
