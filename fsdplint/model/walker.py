@@ -28,6 +28,7 @@ from fsdplint.model.events import (
     WRAP,
     Event,
     EventKind,
+    Fact,
     RankGuard,
 )
 from fsdplint.model.constructors import attributes_at
