@@ -18,9 +18,10 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
     Finds fp16 training of an FSDP1 (`FullyShardedDataParallel`) model without
     `ShardedGradScaler`: a `torch.amp.GradScaler` / `torch.cuda.amp.GradScaler` stepping an
     optimizer over an FSDP1 model, or an fp16 `MixedPrecision` in a program that wraps with
-    `FullyShardedDataParallel`, trains (calls `backward()`) and scales no loss at all (the whole run
-    is judged: the policy is often a constant of a policies module that a function picks at run
-    time; a run that only evaluates has no gradients to underflow). A scaler built
+    `FullyShardedDataParallel`, trains (calls `backward()`) and scales no loss at all: a policy
+    built where a model is wrapped, by that code; one built elsewhere (often a constant of a
+    policies module that a function picks at run time), by all the code that wraps and trains. Code
+    that only evaluates has no gradients to underflow. A scaler built
     `enabled=False`, or with a test that is false whatever runs (`dtype == "float16"` where `dtype`
     is a `torch.dtype`), scales nothing and skips nothing: it is not reported, and does not count
     as loss scaling. A model wrapped with `sharding_strategy=ShardingStrategy.NO_SHARD` holds whole,
@@ -116,29 +117,38 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
 
     @staticmethod
     def _fp16_without_scaler(program) -> Iterable[Finding]:
-        """An fp16 `MixedPrecision` in a program that wraps with FSDP1, trains (a `backward()`) and
-        scales no loss at all. The policy is often a module constant of a policies file (`fpSixteen =
-        MixedPrecision(...)`), picked by a function at run time, so the program as a whole is what is
-        judged. A program that only evaluates has no gradients to underflow."""
+        """An fp16 `MixedPrecision` where a model is wrapped with FSDP1 and trained (a `backward()`)
+        and no loss is scaled anywhere in the program. A policy built where a model is wrapped is
+        judged by that flow (dot-tokens-communication's evaluation script wraps, never trains, and is
+        checked with a training script); one built elsewhere is often a module constant of a
+        policies file (`fpSixteen = MixedPrecision(...)`), picked by a function at run time, and is
+        judged by every flow that wraps and trains."""
         from fsdplint.model import CALL, METHOD
         from fsdplint.rulekit import at, is_backward, where
 
         calls = [event for flow in program.flows for event in flow.of_kind(CALL)]
-        wraps = [event for flow in program.flows for event in flow.shard_events(fsdp=1)]
         scales = any(name.endswith("ShardedGradScaler") for file in program.files_with("ShardedGradScaler") for name in file.imports.values()) \
             or any(event.qname in _GRAD_SCALERS and not _disabled(event) for event in calls)
-        trains = any(is_backward(event) for flow in program.flows for event in flow.of_kind(METHOD, CALL))
-        if scales or not wraps or not trains:
+        if scales:
             return
-        for policy in calls:
-            if policy.qname != "torch.distributed.fsdp.MixedPrecision":
+        # Each flow that wraps, with whether it trains.
+        wrapping = [(flow, any(is_backward(event) for event in flow.of_kind(METHOD, CALL))) for flow in program.flows
+                    if next(flow.shard_events(fsdp=1), None) is not None]
+        trained = [next(flow.shard_events(fsdp=1)) for flow, trains in wrapping if trains]
+        for flow in program.flows:
+            own = next((trains for wrapper, trains in wrapping if wrapper is flow), None)
+            wrap = next(flow.shard_events(fsdp=1)) if own else trained[0] if own is None and trained else None
+            if wrap is None:
                 continue
-            dtypes = [policy.kwargs[keyword].dtypes for keyword in ("param_dtype", "reduce_dtype") if keyword in policy.kwargs]
-            if any(dtype and dtype <= _FP16 for dtype in dtypes):
-                yield Finding(policy.file, policy.node,
-                              f"fp16 `MixedPrecision` in a program that wraps with `FullyShardedDataParallel` (at {where(wraps[0])}) "
-                              f"and scales no loss: fp16 gradients underflow to zero without loss scaling; use `ShardedGradScaler` "
-                              f"from `{_SHARDED_SCALER_MODULE}` (or train in bfloat16)", related=(at(wraps[0], "wrapped here"),))
+            for policy in flow.of_kind(CALL):
+                if policy.qname != "torch.distributed.fsdp.MixedPrecision":
+                    continue
+                dtypes = [policy.kwargs[keyword].dtypes for keyword in ("param_dtype", "reduce_dtype") if keyword in policy.kwargs]
+                if any(dtype and dtype <= _FP16 for dtype in dtypes):
+                    yield Finding(policy.file, policy.node,
+                                  f"fp16 `MixedPrecision` in a program that wraps with `FullyShardedDataParallel` (at {where(wrap)}) "
+                                  f"and trains, and scales no loss: fp16 gradients underflow to zero without loss scaling; use "
+                                  f"`ShardedGradScaler` from `{_SHARDED_SCALER_MODULE}` (or train in bfloat16)", related=(at(wrap, "wrapped here"),))
 
 
 def _disabled(scaler) -> bool:

@@ -513,3 +513,21 @@ def test_a_callee_tests_the_flag_its_caller_wrapped_under_by_its_parameter():
     aliased = source.replace("def train(model, c, other):", "def train(model, train_config, other):\n        c = train_config")
     assert codes(aliased.format(tested="c"), select=["FSDP402"]) == []
     assert codes(aliased.format(tested="other"), select=["FSDP402"]) == [(6, "FSDP402")]
+
+
+def test_an_fp16_policy_is_judged_by_the_code_that_wraps_with_it():
+    """dot-tokens-communication: an evaluation script wraps with an fp16 policy and never trains; a
+    training script beside it (same program) wraps and trains, with no fp16 policy."""
+    source = """
+    def evaluate():
+        model = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({Block}), mixed_precision=MixedPrecision(param_dtype=torch.float16))
+        with torch.no_grad():
+            model(torch.randn(2, 4))
+
+    def train():
+        model = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({Block}))
+        model(torch.randn(2, 4)).sum().backward()
+    """
+    assert codes(source, select=["FSDP403"]) == []
+    trained = source.replace("with torch.no_grad():", "if True:").replace("            model(torch.randn(2, 4))\n", "            model(torch.randn(2, 4)).sum().backward()\n")
+    assert codes(trained, select=["FSDP403"]) == [(2, "FSDP403")]
