@@ -99,8 +99,9 @@ class RankGuard:
 
 
 # A part of a test and its truth where an event runs: the part as the object it names (`cfg.fsdp`
-# of a variable of the walk, whatever the name it is reached by), or as its source.
-Fact = tuple["Ref | str", bool]
+# of a variable of the walk, whatever the name it is reached by), or its node.
+Fact = tuple["Ref | cst.CSTNode", bool]
+_WRITER = cst.Module([])  # writes out any expression's node, whichever file holds it
 
 
 @dataclass(slots=True)  # hundreds of thousands on a large repository: no per-instance dict
@@ -173,8 +174,8 @@ class Event:
 
     def conditions(self) -> set[tuple[str, bool]]:
         """What holds where the event runs, as (test, truth): `facts`, a part naming an object as that
-        object (`cfg.fsdp` for `c.fsdp` where the walk bound `c` to `cfg`), any other as its source."""
-        return {(subject if isinstance(subject, str) else subject.dotted(), truth) for subject, truth in self.facts}
+        object (`cfg.fsdp` for `c.fsdp` where the walk bound `c` to `cfg`), any other as written."""
+        return {(subject.dotted() if type(subject) is Ref else _WRITER.code_for_node(subject).strip(), truth) for subject, truth in self.facts}
 
     def exclusive(self, other: Event) -> bool:
         """The two sit in different arms of one branching statement (`if`/`elif`/`else`, the rest of a

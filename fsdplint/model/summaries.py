@@ -203,6 +203,7 @@ class Copier:
         self.guards: dict[int, RankGuard] = {}
         self.tuples: dict[tuple[str, int], tuple] = {}
         self.arm_entries: dict[int, tuple] = {}
+        self.fact_entries: dict[int, tuple] = {}
 
     # names
 
@@ -247,8 +248,12 @@ class Copier:
         return self.rebase("arms", arms, self.summary.around.arms, self.around.arms, self.arm)
 
     def fact(self, fact: tuple) -> tuple:
-        subject, truth = fact
-        return (subject if isinstance(subject, str) else self.ref(subject)), truth
+        # A part naming a variable names this call's; a part as written is the same in every call.
+        mapped = self.fact_entries.get(id(fact))
+        if mapped is None:
+            subject, truth = fact
+            mapped = self.fact_entries[id(fact)] = (self.ref(subject), truth) if type(subject) is Ref else fact
+        return mapped
 
     def chain(self, chain: tuple[str, ...]) -> tuple[str, ...]:
         return self.rebase("chain", chain, self.summary.around.chain, self.around.chain, _same)

@@ -199,12 +199,12 @@ class Walker:
     def facts_of(self, test: cst.CSTNode, truth: bool) -> tuple[Fact, ...]:
         """What `test` having this truth says, part by part (`a and b` true: both true; `not` folded):
         a part that names a variable of the walk (`cfg.fsdp`, `c.fsdp` where `c = train_config` of a
-        caller's `cfg`) by the object it holds, any other by its source."""
+        caller's `cfg`) by the object it holds, any other as its node (written out when asked)."""
         facts = []
         for part, holds in parts_that_hold(test, truth):
             name = dotted_name(part)
             ref = self.ref_of(part) if name is not None and name.split(".")[0] in self.env else None
-            facts.append((ref if ref is not None else self.file.code(part).strip(), holds))
+            facts.append((ref if ref is not None else part, holds))
         return tuple(facts)
 
     # statements
