@@ -19,9 +19,9 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
     `ShardedGradScaler`: a `torch.amp.GradScaler` / `torch.cuda.amp.GradScaler` stepping an
     optimizer over an FSDP1 model, or an fp16 `MixedPrecision` in a program that wraps with
     `FullyShardedDataParallel`, trains (calls `backward()`) and scales no loss at all: a policy
-    built where a model is wrapped, by that code; one built elsewhere (often a constant of a
-    policies module that a function picks at run time), by all the code that wraps and trains. Code
-    that only evaluates has no gradients to underflow. A scaler built
+    built where a model is wrapped, by that code; one built apart from any wrap (often a constant of
+    a policies module that a function picks at run time), by the whole program. Code that wraps and
+    only evaluates has no gradients to underflow. A scaler built
     `enabled=False`, or with a test that is false whatever runs (`dtype == "float16"` where `dtype`
     is a `torch.dtype`), scales nothing and skips nothing: it is not reported, and does not count
     as loss scaling. A model wrapped with `sharding_strategy=ShardingStrategy.NO_SHARD` holds whole,
@@ -120,9 +120,9 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
         """An fp16 `MixedPrecision` where a model is wrapped with FSDP1 and trained (a `backward()`)
         and no loss is scaled anywhere in the program. A policy built where a model is wrapped is
         judged by that flow (dot-tokens-communication's evaluation script wraps, never trains, and is
-        checked with a training script); one built elsewhere is often a module constant of a
-        policies file (`fpSixteen = MixedPrecision(...)`), picked by a function at run time, and is
-        judged by every flow that wraps and trains."""
+        checked with a training script); one built apart from any wrap is often a module constant of
+        a policies file (Modalities' `fpSixteen = MixedPrecision(...)`), picked by a function at run
+        time and trained by another, and is judged by the program: it wraps and it trains."""
         from fsdplint.model import CALL, METHOD
         from fsdplint.rulekit import at, is_backward, where
 
@@ -131,13 +131,14 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
             or any(event.qname in _GRAD_SCALERS and not _disabled(event) for event in calls)
         if scales:
             return
-        # Each flow that wraps, with whether it trains.
-        wrapping = [(flow, any(is_backward(event) for event in flow.of_kind(METHOD, CALL))) for flow in program.flows
-                    if next(flow.shard_events(fsdp=1), None) is not None]
-        trained = [next(flow.shard_events(fsdp=1)) for flow, trains in wrapping if trains]
+        trains = any(is_backward(event) for flow in program.flows for event in flow.of_kind(METHOD, CALL))
+        wraps = [event for flow in program.flows for event in flow.shard_events(fsdp=1)]
         for flow in program.flows:
-            own = next((trains for wrapper, trains in wrapping if wrapper is flow), None)
-            wrap = next(flow.shard_events(fsdp=1)) if own else trained[0] if own is None and trained else None
+            own = next(flow.shard_events(fsdp=1), None)
+            if own is not None:  # judged by this code: does it train what it wraps?
+                wrap = own if any(is_backward(event) for event in flow.of_kind(METHOD, CALL)) else None
+            else:  # a policy built apart from any wrap (Modalities' `fpSixteen`), by the program
+                wrap = wraps[0] if wraps and trains else None
             if wrap is None:
                 continue
             for policy in flow.of_kind(CALL):

@@ -531,3 +531,19 @@ def test_an_fp16_policy_is_judged_by_the_code_that_wraps_with_it():
     assert codes(source, select=["FSDP403"]) == []
     trained = source.replace("with torch.no_grad():", "if True:").replace("            model(torch.randn(2, 4))\n", "            model(torch.randn(2, 4)).sum().backward()\n")
     assert codes(trained, select=["FSDP403"]) == [(2, "FSDP403")]
+
+
+def test_an_fp16_policy_built_apart_from_any_wrap_is_judged_by_the_program():
+    """Modalities: `fpSixteen = MixedPrecision(...)` a constant of a policies module, the wrap in a
+    factory function, the backward in the trainer: no one flow both wraps and trains."""
+    source = """
+    fp16 = MixedPrecision(param_dtype=torch.float16)
+
+    def build(policy):
+        return FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({Block}), mixed_precision=policy)
+
+    def train(model):
+        model(torch.randn(2, 4)).sum().backward()
+    """
+    assert codes(source, select=["FSDP403"]) == [(1, "FSDP403")]
+    assert codes(source.replace(".sum().backward()", ""), select=["FSDP403"]) == []
