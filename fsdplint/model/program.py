@@ -123,8 +123,9 @@ class Program:
 
     def _own_attributes(self, file: FileModel, function: FunctionInfo | None) -> dict[str, Value]:
         """A method's `self.x` that every object of its class holds once built (`constructors`), for the
-        flow of its own body; none for the constructor, which builds them."""
-        if function is None or function.owner not in file.classes or function.name == "__init__" or function.params[:1] != ["self"]:
+        flow of its own body; none for the constructor, which builds them. Only for a class that defines
+        its constructor: looking one up in its bases would parse their files for every class's methods."""
+        if function is None or function.name == "__init__" or function.params[:1] != ["self"] or f"{function.owner}.__init__" not in file.functions:
             return {}
         return {f"self.{attribute}": value for attribute, value in attributes_of_every_object(self, file, function.owner).items()}
 
