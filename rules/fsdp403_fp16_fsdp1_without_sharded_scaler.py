@@ -127,29 +127,35 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
         from fsdplint.rulekit import at, is_backward, where
 
         calls = [event for flow in program.flows for event in flow.of_kind(CALL)]
+        # The cheap questions first: an fp16 policy, then no scaler anywhere, then the wraps and the training.
+        policies = {id(flow): fp16 for flow in program.flows if (fp16 := [event for event in flow.of_kind(CALL) if _fp16_policy(event)])}
         scales = any(name.endswith("ShardedGradScaler") for file in program.files_with("ShardedGradScaler") for name in file.imports.values()) \
             or any(event.qname in _GRAD_SCALERS and not _disabled(event) for event in calls)
-        if scales:
+        if not policies or scales:
             return
         trains = any(is_backward(event) for flow in program.flows for event in flow.of_kind(METHOD, CALL))
         wraps = [event for flow in program.flows for event in flow.shard_events(fsdp=1)]
         for flow in program.flows:
+            if id(flow) not in policies:
+                continue
             own = next(flow.shard_events(fsdp=1), None)
             if own is not None:  # judged by this code: does it train what it wraps?
                 wrap = own if any(is_backward(event) for event in flow.of_kind(METHOD, CALL)) else None
             else:  # a policy built apart from any wrap (Modalities' `fpSixteen`), by the program
                 wrap = wraps[0] if wraps and trains else None
-            if wrap is None:
-                continue
-            for policy in flow.of_kind(CALL):
-                if policy.qname != "torch.distributed.fsdp.MixedPrecision":
-                    continue
-                dtypes = [policy.kwargs[keyword].dtypes for keyword in ("param_dtype", "reduce_dtype") if keyword in policy.kwargs]
-                if any(dtype and dtype <= _FP16 for dtype in dtypes):
-                    yield Finding(policy.file, policy.node,
-                                  f"fp16 `MixedPrecision` in a program that wraps with `FullyShardedDataParallel` (at {where(wrap)}) "
-                                  f"and trains, and scales no loss: fp16 gradients underflow to zero without loss scaling; use "
-                                  f"`ShardedGradScaler` from `{_SHARDED_SCALER_MODULE}` (or train in bfloat16)", related=(at(wrap, "wrapped here"),))
+            for policy in policies[id(flow)] if wrap is not None else ():
+                yield Finding(policy.file, policy.node,
+                              f"fp16 `MixedPrecision` in a program that wraps with `FullyShardedDataParallel` (at {where(wrap)}) "
+                              f"and trains, and scales no loss: fp16 gradients underflow to zero without loss scaling; use "
+                              f"`ShardedGradScaler` from `{_SHARDED_SCALER_MODULE}` (or train in bfloat16)", related=(at(wrap, "wrapped here"),))
+
+
+def _fp16_policy(event) -> bool:
+    """`MixedPrecision(param_dtype=torch.float16)` (or `reduce_dtype=`), a dtype the model knows."""
+    if event.qname != "torch.distributed.fsdp.MixedPrecision":
+        return False
+    dtypes = [event.kwargs[keyword].dtypes for keyword in ("param_dtype", "reduce_dtype") if keyword in event.kwargs]
+    return any(dtype and dtype <= _FP16 for dtype in dtypes)
 
 
 def _disabled(scaler) -> bool:
