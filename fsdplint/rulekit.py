@@ -263,9 +263,7 @@ def process_starts(program) -> Iterator[tuple[Flow, Event, FunctionInfo]]:
     from fsdplint.model import CALL, METHOD
 
     for flow in program.flows:
-        for event in flow.events:
-            if event.kind is not CALL and event.kind is not METHOD:
-                continue
+        for event in flow.of_kind(CALL, METHOD):
             # `multiprocessing.Process(...)`, else `ctx.Process(...)` of a context the model does not know (a
             # fixture's, or `multiprocessing.get_context("spawn").Process(...)`).
             func = getattr(event.node, "func", None)
