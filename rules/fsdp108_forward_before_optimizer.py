@@ -52,7 +52,7 @@ class ForwardBeforeOptimizer(Rule):
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.fixes import Fix, InsertBefore, parse_statements
         from fsdplint.model import CALL_VALUE, METHOD, OPTIMIZER
-        from fsdplint.rulekit import at, caller_site, calls, code, is_simple_statement, via, where
+        from fsdplint.rulekit import at, caller_site, calls, code, is_backward, is_simple_statement, via, where
 
         for flow in program.flows:
             for optimizer in flow.of_kind(OPTIMIZER):
@@ -65,8 +65,9 @@ class ForwardBeforeOptimizer(Rule):
                     if not forwards:
                         continue
                     resharded = any(e.kind == METHOD and e.method == "reshard" and e.target == module and e.index > forwards[-1].index for e in between)
-                    # A backward reshards the root too (`reshard_after_backward`): a training step is fine.
-                    backward = any(e.kind == METHOD and e.method == "backward" and e.index > forwards[-1].index for e in between)
+                    # A backward reshards the root too (`reshard_after_backward`): a training step is fine,
+                    # whatever the backward is called on (`out.mean().backward()`, `torch.autograd.backward(loss)`).
+                    backward = any(e.index > forwards[-1].index and is_backward(e) for e in between)
                     if resharded or backward:
                         continue
                     forward = forwards[-1]

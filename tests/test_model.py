@@ -408,6 +408,11 @@ def test_a_forward_followed_by_its_backward_leaves_the_root_resharded():
     """
     assert codes(source, ["FSDP108"]) == []
     assert codes(source.replace("loss.backward()", "print(loss)"), ["FSDP108"]) == [(11, "FSDP108")]
+    # A backward called on an expression, or through torch.autograd (stable-pretraining's distributed
+    # test harness: `out.mean().backward()`; checked on 2 CPU ranks: the root's parameters are DTensors again).
+    assert codes(source.replace("loss.backward()", "loss.mean().backward()"), ["FSDP108"]) == []
+    assert codes(source.replace("loss.backward()", "torch.autograd.backward(loss)"), ["FSDP108"]) == []
+    assert codes(source.replace("loss.backward()", "loss.mean().detach()"), ["FSDP108"]) == [(11, "FSDP108")]
 
 
 def test_modules_collected_from_a_model_into_a_list_are_its_units():
