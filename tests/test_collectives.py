@@ -618,6 +618,40 @@ def test_rank_zero_goes_first_with_a_test_shared_by_both_guards():
     """) == [11, 13]
 
 
+def test_torch_distributed_zero_first_pairs_the_other_ranks_barrier_with_rank_zeros():
+    """sparseml (YOLOv5's `torch_distributed_zero_first`): `if local_rank is not None and local_rank not
+    in [-1, 0]: barrier()`, then `if local_rank == 0: barrier()`: each rank calls barrier once (None
+    and -1, no process group, are so on every rank). Near misses: the second guard names another
+    rank, and the first is under a further test the second is not."""
+    assert lines("""
+    def zero_first(local_rank):
+        if local_rank is not None and local_rank not in [-1, 0]:
+            torch.distributed.barrier()
+        yield
+        if local_rank == 0:
+            torch.distributed.barrier()
+
+    def no_none_test(local_rank):
+        if local_rank not in (-1, 0):
+            torch.distributed.barrier()
+        yield
+        if local_rank == 0:
+            torch.distributed.barrier()
+
+    def other_rank(local_rank):
+        if local_rank is not None and local_rank not in [-1, 0]:
+            torch.distributed.barrier()
+        if local_rank == 1:
+            torch.distributed.barrier()
+
+    def further_test(local_rank, other):
+        if other and local_rank not in [-1, 0]:
+            torch.distributed.barrier()
+        if local_rank == 0:
+            torch.distributed.barrier()
+    """) == [18, 20, 24, 26]
+
+
 def test_a_full_state_dict_of_a_module_built_here_and_never_sharded_gathers_nothing():
     """templar: on rank 0 only, `ref = Llama(args)` (a plain reference model) and `get_model_state_dict(ref,
     full_state_dict=True)`: its tensors are plain, no other rank takes part (both ranks finish on

@@ -84,18 +84,20 @@ class RankGuard:
         that does not split so (`a and b` where it fails) is one part, its `condition`."""
         if not type(self.node) is cst.If or self.equivalent is not None:
             return frozenset({self.condition()})
-        return frozenset(self._folded(part, holds) for part, holds in parts_that_hold(self.node.test, self.branch == GUARD_BODY)
-                         if not (type(part) is cst.BooleanOperation and type(part.operator) is (cst.And if holds else cst.Or)))
+        parts = [_fold(part, holds) for part, holds in parts_that_hold(self.node.test, self.branch == GUARD_BODY)
+                 if not (type(part) is cst.BooleanOperation and type(part.operator) is (cst.And if holds else cst.Or))]
+        # `local_rank is not None and local_rank not in [-1, 0]` (`torch_distributed_zero_first`): whether the
+        # rank is None is the same on every rank (no process group), and there it is not 0 either: the
+        # test splits the ranks as `local_rank not in [-1, 0]` does, the other ranks' `if local_rank == 0:`.
+        compared = {self._written(test.left) for test, _ in parts if _equals_literal(test)}
+        return frozenset((self._written(test), holds) for test, holds in parts if _none_test_of(test) not in compared)
 
     def _folded(self, test: cst.CSTNode, holds: bool) -> tuple[str, bool]:
-        while type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
-            test, holds = test.expression, not holds
-        if type(test) is cst.Comparison and len(test.comparisons) == 1 and _is_not_zero(test.comparisons[0]):
-            target = test.comparisons[0]
-            equal = target.with_changes(operator=cst.Equal()) if type(target.operator) is cst.NotEqual \
-                else target.with_changes(operator=cst.Equal(), comparator=cst.Integer("0"))
-            test, holds = test.with_changes(comparisons=[equal]), not holds
-        return " ".join(self.file.module.code_for_node(test).split()), holds
+        test, holds = _fold(test, holds)
+        return self._written(test), holds
+
+    def _written(self, node: cst.CSTNode) -> str:
+        return " ".join(self.file.module.code_for_node(node).split())
 
 
 # A part of a test and its truth where an event runs: the part as the object it names (`cfg.fsdp`
@@ -210,6 +212,49 @@ class Event:
         return (any(target.is_within(module) for target in self.targets)
                 or any(ref.root == module.root for ref in self.arg_refs())
                 or any(owner.is_within(module) for value in itertools.chain(self.args, self.kwargs.values()) for owner in value.params_of))
+
+
+def _fold(test: cst.CSTNode, holds: bool) -> tuple[cst.CSTNode, bool]:
+    """`test` with `not` folded in, and a test that says a rank is not zero written as the rank `== 0`
+    not holding (`rank != 0`, `rank > 0`, `local_rank not in [-1, 0]`: no rank is negative)."""
+    while type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+        test, holds = test.expression, not holds
+    if type(test) is cst.Comparison and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        if _is_not_zero(target) or _is_zero_or_negatives(target):
+            equal = target.with_changes(operator=cst.Equal()) if type(target.operator) is cst.NotEqual \
+                else target.with_changes(operator=cst.Equal(), comparator=cst.Integer("0"))
+            return test.with_changes(comparisons=[equal]), holds if type(target.operator) is cst.In else not holds
+    return test, holds
+
+
+def _is_zero_or_negatives(target: cst.ComparisonTarget) -> bool:
+    """`in [-1, 0]` / `not in (-1, 0)`: of the numbers listed, 0 is the only one a rank can be."""
+    if type(target.operator) not in (cst.In, cst.NotIn) or type(target.comparator) not in (cst.List, cst.Tuple, cst.Set):
+        return False
+    numbers = []
+    for element in target.comparator.elements:
+        value, sign = element.value, 1
+        if type(value) is cst.UnaryOperation and type(value.operator) is cst.Minus:
+            value, sign = value.expression, -1
+        if type(value) is not cst.Integer:
+            return False
+        numbers.append(sign * int(value.value, 0))
+    return [number for number in numbers if number >= 0] == [0]
+
+
+def _none_test_of(test: cst.CSTNode) -> str | None:
+    """`x` of `x is None` / `x is not None`, written out; None for any other test."""
+    if type(test) is cst.Comparison and len(test.comparisons) == 1 and type(test.comparisons[0].operator) in (cst.Is, cst.IsNot) \
+            and type(test.comparisons[0].comparator) is cst.Name and test.comparisons[0].comparator.value == "None":
+        return " ".join(_WRITER.code_for_node(test.left).split())
+    return None
+
+
+def _equals_literal(test: cst.CSTNode) -> bool:
+    """`x == 0`, `x == "0"`: a comparison with a literal, false where x is None."""
+    return (type(test) is cst.Comparison and len(test.comparisons) == 1 and type(test.comparisons[0].operator) is cst.Equal
+            and type(test.comparisons[0].comparator) in (cst.Integer, cst.SimpleString))
 
 
 def _is_not_zero(target: cst.ComparisonTarget) -> bool:
