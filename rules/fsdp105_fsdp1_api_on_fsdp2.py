@@ -83,8 +83,10 @@ class Fsdp1ApiOnFsdp2Module(Rule):
                 else:
                     continue
                 shard = flow.sharding_of(module, event.index, fsdp=2)
-                if shard is None or flow.isinstance_known(event, module, wrappers):
-                    continue  # `if isinstance(model, DDP): model.no_sync()`: there, it is DDP's
+                if shard is None or flow.isinstance_known(event, module, wrappers, (method,)):
+                    # `if isinstance(model, DDP): model.no_sync()`, or `elif hasattr(model, "no_sync"):`
+                    # (no FSDP2 module has the method): there, it is the wrapper's
+                    continue
                 if flow.isinstance_known(event, module, (FSDP2_MODULE,), FSDP2_METHODS) is False:
                     continue  # the `else` of `if hasattr(model, "set_requires_gradient_sync"):`: no FSDP2 module gets there
                 fix = no_sync_fix(event) if method == "no_sync" else None

@@ -1184,6 +1184,34 @@ def test_an_elif_knows_the_tests_before_it_failed():
     assert codes(source.format(test='hasattr(model, "unshard_params")'), ["FSDP105"]) == [(10, "FSDP105")]
 
 
+def test_a_method_called_where_the_object_is_known_to_have_it_is_not_fsdp2s():
+    """baidu-baige/LoongForge: `elif hasattr(self.model, "no_sync"): with self.model.no_sync():` (DDP),
+    `else: set_requires_gradient_sync(...)` (FSDP2): no FSDP2 module has `no_sync` (checked on torch
+    2.13), so no FSDP2 module gets there. Near miss: a test of another attribute."""
+    source = """
+    import contextlib
+    from torch.distributed.fsdp import fully_shard
+
+    @contextlib.contextmanager
+    def sync_context(model, sync):
+        if sync:
+            yield
+        elif {test}:
+            with model.no_sync():
+                yield
+        else:
+            model.set_requires_gradient_sync(False)
+            yield
+
+    def main(model):
+        fully_shard(model)
+        with sync_context(model, False):
+            pass
+    """
+    assert codes(source.format(test='hasattr(model, "no_sync")'), ["FSDP105"]) == []
+    assert codes(source.format(test='hasattr(model, "module")'), ["FSDP105"]) == [(10, "FSDP105")]
+
+
 def test_a_flag_that_returns_before_sharding_excludes_a_save_under_its_negation():
     """apple/ml-starflow: `parallelize_model` returns before any `fully_shard` unless `args.fsdp`, and
     `save_model` saves with `torch.save` only `if not args.fsdp` (else `dcp.save`)."""
