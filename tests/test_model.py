@@ -177,6 +177,27 @@ def test_a_layer_moved_to_a_device_is_still_that_layer():
     """) == [(7, "FSDP101")]
 
 
+def test_a_class_that_builds_only_a_parameter_holds_no_blocks():
+    """tang0389/himuon's test worker: `self.bank = nn.Parameter(init.clone())` is its `__init__`: a
+    tensor, no module to shard first. Near miss: the parameter made by a method of the object, which
+    may register a module on it."""
+    source = """
+    import torch.nn as nn
+    from torch.distributed.fsdp import fully_shard
+
+    class Bank(nn.Module):
+        def __init__(self, init):
+            super().__init__()
+            self.bank = nn.Parameter({made})
+
+    def main(init):
+        model = Bank(init)
+        fully_shard(model)
+    """
+    assert codes(source.format(made="init.clone()"), ["FSDP101"]) == []
+    assert codes(source.format(made="self.make(init)"), ["FSDP101"]) == [(12, "FSDP101")]
+
+
 def test_noqa_suppresses_and_unused_noqa_is_reported():
     assert codes("""
     from torch.distributed.fsdp import fully_shard

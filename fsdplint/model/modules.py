@@ -4,7 +4,8 @@ beside the model, as `ranks` and `devices` are.
 A module holds none when it is a single layer (`torch.nn.Linear`; Transformer Engine's fused layers),
 an `nn.Sequential` of such layers written out in the call, or an instance of a class of the run
 derived from `nn.Module` alone whose `__init__` calls nothing but such layers, torch's functions,
-a few builtins and its own static methods (the two-Linear models of tests and demos). Anything else,
+a few builtins and its own static methods, besides what it makes its parameters of (`nn.Parameter(init.clone())`)
+(the two-Linear models of tests and demos). Anything else,
 what a call or a class the model cannot read builds included, may hold some.
 """
 
@@ -94,7 +95,14 @@ def _builds_only_layers(program: Program, file: FileModel, qualname: str) -> boo
     init = file.functions.get(f"{qualname}.__init__")
     if init is None:
         return False
-    for call in nodes_under(init.node.body, cst.Call):
+    calls = list(nodes_under(init.node.body, cst.Call))
+    # What a parameter is made of is a tensor (`nn.Parameter(init.clone())`): a call inside registers no
+    # module, unless it is handed the object being built (`self.make(...)`, `build(self)`).
+    tensors = {id(inner) for call in calls if file.qualify(call.func) in _PARAMETER_CLASSES
+               for arg in call.args for inner in nodes_under(arg.value, cst.Call) if not _reaches_self(inner)}
+    for call in calls:
+        if id(call) in tensors:
+            continue
         func = call.func
         if type(func) is cst.Name and func.value == "super" or type(func) is cst.Attribute and func.attr.value == "__init__" \
                 and type(func.value) is cst.Call and dotted_name(func.value.func) == "super":
@@ -111,3 +119,8 @@ def _builds_only_layers(program: Program, file: FileModel, qualname: str) -> boo
         if own is None or "staticmethod" not in (decorator_name(decorator) for decorator in own.node.decorators):
             return False
     return True
+
+
+def _reaches_self(call: cst.Call) -> bool:
+    """The call is a method of `self` or is given `self`: it may register a module on it."""
+    return (dotted_name(call.func) or "").split(".")[0] == "self" or any(type(arg.value) is cst.Name and arg.value.value == "self" for arg in call.args)
