@@ -210,3 +210,28 @@ def test_a_loop_over_a_rank_part_reaches_no_collective_that_runs_only_for_sharde
             dist.barrier()
     """
     assert lines(source, "FSDP308") == [13]
+
+
+def test_a_sampler_built_only_where_a_rank_the_callers_leave_at_minus_one_is_given():
+    """sparseml: `sampler = DistributedSampler(ds) if rank != -1 and training else None` with every
+    caller leaving `rank=-1`: there is no sampler, and the `while True` loop re-reading the loader
+    shuffles nothing. Near miss: a caller that passes the rank."""
+    source = """
+    def loader_of(dataset, training, rank=-1):
+        sampler = DistributedSampler(dataset) if rank != -1 and training else None
+        return DataLoader(dataset, batch_size=4, sampler=sampler)
+
+    def forever(loader):
+        while True:
+            for batch in loader:
+                yield batch
+
+    def main(dataset):
+        dist.init_process_group("gloo")
+        loader = loader_of(dataset, training=True{rank})
+        batches = forever(loader)
+        for _ in range(8):
+            next(batches)
+    """
+    assert lines(source.format(rank=""), "FSDP311") == []
+    assert lines(source.format(rank=", rank=dist.get_rank()"), "FSDP311") == [7]

@@ -97,9 +97,16 @@ def _default(function: cst.FunctionDef, name: str) -> cst.BaseExpression | None:
 
 
 def literal_default(function: cst.FunctionDef, name: str) -> str | None:
-    """"None", "True", "False" or an integer's digits when the parameter's default is that literal."""
+    """"None", "True", "False" or an integer as written (`-1`) when the parameter's default is that literal."""
     default = _default(function, name)
-    return default.value if type(default) is cst.Name and default.value in CONSTANTS or type(default) is cst.Integer else None
+    return default.value if type(default) is cst.Name and default.value in CONSTANTS else integer_literal(default)
+
+
+def integer_literal(node: cst.CSTNode | None) -> str | None:
+    """An integer literal as written, its sign included (`0`, `-1`: a rank of -1 means none); None for anything else."""
+    if type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus and type(node.expression) is cst.Integer:
+        return "-" + node.expression.value
+    return node.value if type(node) is cst.Integer else None
 
 
 def string_default(function: cst.FunctionDef, name: str) -> str | None:
@@ -284,7 +291,7 @@ def is_sign_test(target: cst.ComparisonTarget) -> bool:
     """`>= 0`, `> -1`, `< 0`, `<= -1`: whether a rank is negative, which is the same on every rank."""
     operator, bound = type(target.operator), target.comparator
     zero = type(bound) is cst.Integer and bound.value == "0"
-    return operator in (cst.GreaterThanEqual, cst.LessThan) and zero or operator in (cst.GreaterThan, cst.LessThanEqual) and is_minus_one(bound)
+    return operator in (cst.GreaterThanEqual, cst.LessThan) and zero or operator in (cst.GreaterThan, cst.LessThanEqual) and integer_literal(bound) == "-1"
 
 
 def is_group_range(node: cst.Comparison) -> bool:
@@ -322,11 +329,6 @@ def runs_forever(statement: cst.CSTNode) -> bool:
 def holds_statement(suite: cst.BaseSuite, statement: cst.CSTNode) -> bool:
     """Whether `statement` is one of the block's own statements."""
     return type(suite) is cst.IndentedBlock and any(s is statement for s in suite.body)
-
-
-def is_minus_one(node: cst.CSTNode) -> bool:
-    return (type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus
-            and type(node.expression) is cst.Integer and node.expression.value == "1")
 
 
 _LEAVES = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis)

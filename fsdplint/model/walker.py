@@ -60,8 +60,8 @@ from fsdplint.model.syntax import (
     environment_variable,
     exits_block,
     falsy_defaults,
+    integer_literal,
     is_group_range,
-    is_minus_one,
     is_sign_test,
     isinstance_classes,
     literal_default,
@@ -475,7 +475,7 @@ class Walker:
                     return (known == comparison.comparator.value) == (type(comparison.operator) is cst.Is)
             # `if world_size > 1:` where the call passed `world_size=1`
             number = _integer(self.parameter_constant(test.left))
-            bound = _integer(comparison.comparator.value) if type(comparison.comparator) is cst.Integer else None
+            bound = _integer(integer_literal(comparison.comparator))  # `if rank != -1:` where the call left `rank=-1`
             if number is not None and bound is not None and type(comparison.operator) in _ORDERINGS:
                 return _ORDERINGS[type(comparison.operator)](number, bound)
             return None
@@ -486,9 +486,10 @@ class Walker:
     def parameter_constant(self, node: cst.CSTNode) -> str | None:
         """The literal a parameter was passed, a name assigned once was given, or an attribute of
         `self` holds since its constructor (`constructed_attributes`); a literal is itself (`if True:`)."""
-        if type(node) is cst.Integer or type(node) is cst.Name and node.value in CONSTANTS:
+        if type(node) is cst.Name and node.value in CONSTANTS:
             return node.value
         if type(node) not in (cst.Name, cst.Attribute):
+            return integer_literal(node)
             return None
         value = self.env.get(dotted_name(node))
         return value.constant if value is not None else None
@@ -721,8 +722,10 @@ class Walker:
         self.flow.steps += 1
         if self.flow.steps > FLOW_BUDGET:
             raise BudgetExhausted
-        if type(node) is cst.Name and node.value in CONSTANTS or type(node) is cst.Integer:
+        if type(node) is cst.Name and node.value in CONSTANTS:
             return Value(constant=node.value)
+        if (number := integer_literal(node)) is not None:
+            return Value(constant=number)
         if type(node) is cst.SimpleString:
             text = string_value(node)
             return Value(text=text if isinstance(text, str) else None)
@@ -852,7 +855,7 @@ class Walker:
         if len(values) == 2 and all(varies):
             return Value(params_of=params)
         same_everywhere = any(type(target.operator) in (cst.Is, cst.IsNot)
-                              or type(target.operator) in (cst.Equal, cst.NotEqual) and is_minus_one(target.comparator)
+                              or type(target.operator) in (cst.Equal, cst.NotEqual) and integer_literal(target.comparator) == "-1"
                               or is_sign_test(target)
                               or type(target.operator) in (cst.In, cst.NotIn) and type(target.comparator) not in LITERAL_COLLECTIONS
                               for target in node.comparisons) or is_group_range(node)
