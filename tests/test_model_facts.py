@@ -1618,3 +1618,37 @@ def test_what_holds_names_the_object_a_test_reads_whatever_it_is_called():
     """)
     [event] = flow_of(program, "main").of_kind(model.SHARD)
     assert event.conditions() == {("cfg.fsdp", True), ("GLOBAL.off", False), ("c.fsdp and not GLOBAL.off", True)}
+
+
+def test_a_name_each_path_gives_a_wrapped_module_is_wrapped_where_the_paths_meet():
+    """allenai/OLMoASR: `if resume: model, ... = load_ckpt(...)` (which wraps the model it builds) `else:
+    model = FSDP(model)`: after the `if`, `model` is a new value, one of the two, and wrapped on both
+    paths. Near misses: one path leaves the module plain, or one path gives it no object at all."""
+    program = program_of("""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    def load(path):
+        model = FSDP(Net())
+        return model, 1
+
+    def main(resume, net, other, third):
+        if resume:
+            model, step = load("ckpt")
+        else:
+            model = FSDP(net)
+        model.parameters()
+        if resume:
+            plain, step = load("ckpt")
+        else:
+            plain = other
+        plain.parameters()
+        if resume:
+            maybe = FSDP(third)
+        else:
+            maybe = None
+        maybe.parameters()
+    """)
+    main = flow_of(program, "main")
+    uses = [event for event in main.events if event.kind == model.METHOD and event.method == "parameters"]
+    assert [main.sharding_of(event.target, event.index, fsdp=1) is not None for event in uses] == [True, False, False]
+    assert len(main.joined[uses[0].target.root]) == 2  # the object `load` returned, and `FSDP(net)`'s

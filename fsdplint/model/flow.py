@@ -86,6 +86,7 @@ class Write(enum.Enum):
     READS_RANK = enum.auto()  # reads_rank = True
     ASSERTED_RANK = enum.auto()  # asserted_ranks.add(scope)
     TYPE_TESTED = enum.auto()  # type_tested.add(id of an `if` whose test is a Value.type_test)
+    JOINED = enum.auto()  # joined[root] = the refs it is one of
 
 
 class Flow:
@@ -107,6 +108,9 @@ class Flow:
         self.instances: dict[str, str] = {}
         # root -> roots of the values it was computed from (`module = get_module(model, path)`)
         self.derived_from: dict[str, set[str]] = {}
+        # root -> the objects each path gave a name where paths meet (`if resume: model = load(...) else:
+        # model = FSDP(...)`): the name's new value there is one of them
+        self.joined: dict[str, tuple[Ref, ...]] = {}
         self._by_kind: dict[str, list[Event]] = {}  # the events, by kind, up to _indexed
         self._indexed = 0
         self.steps = 0  # expressions evaluated, against FLOW_BUDGET
@@ -157,6 +161,8 @@ class Flow:
             self.asserted_ranks.add(key)
         elif kind is Write.TYPE_TESTED:
             self.type_tested.add(key)
+        elif kind is Write.JOINED:
+            self.joined[key] = value
         self.writes.append((kind, key, value))
 
     @property
@@ -202,6 +208,10 @@ class Flow:
                 and not any(manages(event) for event in self.of_kind(SHARD, WRAP)):
             managing = [event for event in self.program.class_shards.get((self.file.module_name, self.function.class_name), ())
                         if manages(event)]
+        if not managing and ref.root in self.joined:
+            # One of the objects the paths gave it: managed where every one of them is (a must, not a may).
+            found = [self.sharding_of(Ref(one.root, one.path + ref.path), before, fsdp, how) for one in self.joined[ref.root]]
+            return max(found, key=lambda event: event.index) if all(found) else None
         if fsdp is not None and {event.kind for event in managing} != {SHARD if fsdp == 2 else WRAP}:
             return None
         return managing[-1] if managing else None

@@ -333,6 +333,8 @@ class Copier:
             return kind, self.event(key), self.refs(value)
         if kind is Write.OPTIMIZER_BINDING:
             return kind, self.ref(key), value
+        if kind is Write.JOINED:
+            return kind, self.root(key), self.refs(value)
         if kind in (Write.DERIVED, Write.DERIVED_MORE):
             return kind, self.root(key), {self.root(root) for root in value}
         return write

@@ -277,6 +277,8 @@ class Walker:
             if ref is None:
                 joined.pop(key, None)  # `self.x`: read again as the attribute itself
                 continue
+            if len(values) == len(envs) and all(value.ref is not None for value in values):
+                self.flow.write(Write.JOINED, ref.root, tuple(value.ref for value in values))
             derived, sizes = {value.rank_derived for value in values}, {value.world_size for value in values}
             joined[key] = Value(ref=ref, rank=ranks.pop() if len(ranks) == 1 else None, rank_test=tests.pop() if len(tests) == 1 else None,
                                 rank_derived=derived.pop() if len(derived) == 1 else None, world_size=sizes == {True},
