@@ -1652,3 +1652,32 @@ def test_a_name_each_path_gives_a_wrapped_module_is_wrapped_where_the_paths_meet
     uses = [event for event in main.events if event.kind == model.METHOD and event.method == "parameters"]
     assert [main.sharding_of(event.target, event.index, fsdp=1) is not None for event in uses] == [True, False, False]
     assert len(main.joined[uses[0].target.root]) == 2  # the object `load` returned, and `FSDP(net)`'s
+
+
+def test_an_attribute_an_object_was_constructed_with_is_the_object_the_call_gave():
+    """JHNMACHINE/harold's shape: the trainer reaches the wrapped model as `state.model`, where `state =
+    Holder(model)` and the constructor stores its parameter. Near misses: the attribute assigned
+    again after the construction, and the object handed to code the run cannot see."""
+    program = program_of("""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    class Holder:
+        def __init__(self, model, step=0):
+            self.model = model
+            self.step = step
+
+    def main(net, fresh):
+        model = FSDP(net)
+        state = Holder(model)
+        state.model.parameters()
+        other = Holder(model)
+        other.model = fresh
+        other.model.parameters()
+        third = Holder(model)
+        unknown_library(third)
+        third.model.parameters()
+    """)
+    main = flow_of(program, "main")
+    uses = [event for event in main.events if event.kind == model.METHOD and event.method == "parameters"]
+    assert uses[0].target == model.Ref("net")  # `FSDP(net)` wraps the object `net` names
+    assert [main.sharding_of(event.target, event.index, fsdp=1) is not None for event in uses] == [True, False, False]

@@ -71,8 +71,8 @@ def attributes_of_every_object(program: Program, file: FileModel, qualname: str)
 def attributes_at(program: Program, file: FileModel, qualname: str, call: cst.Call, args: tuple[Value, ...],
                   kwargs: Mapping[str, Value]) -> dict[str, Value]:
     """What the object `call` constructs holds in its attributes: those of every object, and a parameter
-    stored that the call gives a literal or leaves to its literal default. Nothing where the call
-    spreads `*args` or `**kwargs`."""
+    stored that the call gives a literal or an object of the caller (the same object), or leaves to
+    its literal default. Nothing where the call spreads `*args` or `**kwargs`."""
     init, stored = stored_attributes(program, file, qualname)
     if not stored or any(arg.star for arg in call.args):
         return {}
@@ -82,8 +82,11 @@ def attributes_at(program: Program, file: FileModel, qualname: str, call: cst.Ca
         if (value := held.value()) is not None:
             known[attribute] = value
         elif held.parameter in given:
-            if given[held.parameter].constant is not None:
-                known[attribute] = Value(constant=given[held.parameter].constant)
+            argument = given[held.parameter]
+            if argument.constant is not None:
+                known[attribute] = Value(constant=argument.constant)
+            elif argument.ref is not None:
+                known[attribute] = argument  # the object the call gave: the caller's `model` in `Trainer(model)`
         elif (default := literal_default(init.node, held.parameter)) is not None:
             known[attribute] = Value(constant=default)
     return known

@@ -739,7 +739,12 @@ class Walker:
             if dtype is not None:
                 return Value(dtypes=frozenset({dtype}))  # `torch.float16`
             if type(node) is cst.Attribute:
-                self.expr(node.value, statement, parents)
+                base = self.expr(node.value, statement, parents)
+                if base.built_by is not None and base.ref is not None and not base.ref.path:
+                    # `state.model` where `state = TrainState(model)`: what its constructor left there
+                    held = self.constructed_attributes(base, "").get("." + node.attr.value)
+                    if held is not None:
+                        return held
             # An unassigned name or attribute says by its name whether it is a rank (`self.global_rank`).
             name = node.value if type(node) is cst.Name else node.attr.value
             if type(node) is cst.Name and name in self.file.module_dicts:
