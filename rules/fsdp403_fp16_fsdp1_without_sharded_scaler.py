@@ -126,23 +126,24 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
         from fsdplint.model import CALL, METHOD
         from fsdplint.rulekit import at, is_backward, where
 
-        calls = [event for flow in program.flows for event in flow.of_kind(CALL)]
-        # The cheap questions first: an fp16 policy, then no scaler anywhere, then the wraps and the training.
+        # The cheap question first: an fp16 policy.
         policies = {id(flow): fp16 for flow in program.flows if (fp16 := [event for event in flow.of_kind(CALL) if _fp16_policy(event)])}
-        scales = any(name.endswith("ShardedGradScaler") for file in program.files_with("ShardedGradScaler") for name in file.imports.values()) \
-            or any(event.qname in _GRAD_SCALERS and not _disabled(event) for event in calls)
-        if not policies or scales:
+        if not policies:
             return
+        scales = any(name.endswith("ShardedGradScaler") for file in program.files_with("ShardedGradScaler") for name in file.imports.values()) \
+            or any(_scales(flow) for flow in program.flows)
         trains = any(is_backward(event) for flow in program.flows for event in flow.of_kind(METHOD, CALL))
         wraps = [event for flow in program.flows for event in flow.shard_events(fsdp=1)]
         for flow in program.flows:
             if id(flow) not in policies:
                 continue
             own = next(flow.shard_events(fsdp=1), None)
-            if own is not None:  # judged by this code: does it train what it wraps?
-                wrap = own if any(is_backward(event) for event in flow.of_kind(METHOD, CALL)) else None
+            if own is not None:  # judged by this code: does it train what it wraps, and scale its loss?
+                # (dlrover's train_fsdp.py wraps in fp16 and trains with no scaler; another script of the repository has one)
+                wrap = own if any(is_backward(event) for event in flow.of_kind(METHOD, CALL)) and not _scales(flow) \
+                    and not any(name.endswith("ShardedGradScaler") for name in flow.file.imports.values()) else None
             else:  # a policy built apart from any wrap (Modalities' `fpSixteen`), by the program
-                wrap = wraps[0] if wraps and trains else None
+                wrap = wraps[0] if wraps and trains and not scales else None
             for policy in policies[id(flow)] if wrap is not None else ():
                 yield Finding(policy.file, policy.node,
                               f"fp16 `MixedPrecision` in a program that wraps with `FullyShardedDataParallel` (at {where(wrap)}) "
@@ -156,6 +157,14 @@ def _fp16_policy(event) -> bool:
         return False
     dtypes = [event.kwargs[keyword].dtypes for keyword in ("param_dtype", "reduce_dtype") if keyword in event.kwargs]
     return any(dtype and dtype <= _FP16 for dtype in dtypes)
+
+
+def _scales(flow) -> bool:
+    """The code builds a loss scaler, or scales with one it was given (`scaler.scale(loss)`, `scaler.unscale_(optimizer)`)."""
+    from fsdplint.model import CALL, METHOD
+
+    return any(event.qname in _GRAD_SCALERS and not _disabled(event) for event in flow.of_kind(CALL)) \
+        or any(event.method in ("scale", "unscale_") for event in flow.of_kind(METHOD))
 
 
 def _disabled(scaler) -> bool:
