@@ -135,6 +135,26 @@ def test_no_shard_keeps_whole_gradients():
     """, select=["FSDP402"]) == []
 
 
+def test_fp16_policy_where_the_model_is_wrapped_is_judged_by_that_codes_own_scaling():
+    """dlrover: `train_fsdp.py` wraps with an fp16 policy and trains with no scaler, while another script
+    of the program (here another entry function) builds a GradScaler. Near misses: the wrapping code
+    builds one, or scales with one it was given."""
+    body = """
+    def train_fsdp(scaler):
+        fp16 = MixedPrecision(param_dtype=torch.float16)
+        model = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({Block}), mixed_precision=fp16)
+        loss = model(torch.randn(2, 4)).sum()
+        loss.backward()
+
+    def train_ddp():
+        scaler = torch.amp.GradScaler("cuda")
+        loss = DDP(Net())(torch.randn(2, 4)).sum()
+        scaler.scale(loss).backward()
+    """
+    assert codes(body, select=["FSDP403"]) == [(2, "FSDP403")]
+    assert codes(body.replace("loss.backward()", "scaler.scale(loss).backward()"), select=["FSDP403"]) == []
+
+
 def test_fp16_mixed_precision_with_no_scaler_at_all():
     body = """
     fp16 = MixedPrecision(param_dtype=torch.float16)
