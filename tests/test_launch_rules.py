@@ -34,6 +34,22 @@ def test_a_global_rank_from_any_source_is_not_a_device_index(rank):
     """) == [(6, "FSDP302")]
 
 
+def test_a_global_rank_asserted_equal_to_the_local_rank_is_the_local_rank():
+    """karlstratos/minGPU: `assert rank == local_rank` before `torch.cuda.set_device(rank)`: on a second
+    node the assert fails first. Near miss: an assert that says nothing of the local rank."""
+    source = """
+    import os
+    import torch
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    assert {test}
+    torch.cuda.set_device(rank)
+    """
+    assert codes(source.format(test="rank == local_rank")) == []
+    assert codes(source.format(test="local_rank == rank")) == []
+    assert codes(source.format(test="rank >= local_rank")) == [(7, "FSDP302")]
+
+
 @pytest.mark.parametrize("use", [
     "model.cuda(rank)", "model.to(rank)", 'torch.device("cuda", rank)', 'torch.device(f"cuda:{rank}")',
     "DDP(model, device_ids=[rank])", "FSDP(model, device_id=rank)", "torch.zeros(2, device=rank)",

@@ -77,6 +77,8 @@ from fsdplint.model.values import (
     ANY_ELEMENT,
     NO_KEYWORDS,
     NO_REFS,
+    GLOBAL_RANK,
+    LOCAL_RANK,
     RANK_NUMBER,
     RANK_PART,
     SELF_OR_BELOW,
@@ -565,12 +567,24 @@ class Walker:
             test = self.expr(node.test, statement, parents)
             if test.rank_test is not None and test.rank_test.pins is not None:
                 self.flow.write(Write.ASSERTED_RANK, test.rank_test.pins)  # the other ranks stop here
+            self.equal_ranks_asserted(node.test)
             if node.msg is not None:
                 self.expr(node.msg, statement, parents)
             self.facts += self.facts_of(node.test, True)  # the rest of the block runs where it held
         elif type(node) is cst.Raise:
             for child in node.children:
                 self.expr(child, statement, parents)
+
+    def equal_ranks_asserted(self, test: cst.CSTNode) -> None:
+        """`assert rank == local_rank`: past it, the global rank's variable holds the local rank (on a
+        second node the assert fails first)."""
+        if type(test) is not cst.Comparison or len(test.comparisons) != 1 or type(test.comparisons[0].operator) is not cst.Equal:
+            return
+        sides = [(dotted_name(side), self.env.get(dotted_name(side) or "")) for side in (test.left, test.comparisons[0].comparator)]
+        scopes = [value.rank.scope if value is not None and value.rank is not None and not value.rank.formatted else None for _, value in sides]
+        if sorted(map(str, scopes)) == sorted((str(GLOBAL_RANK), str(LOCAL_RANK))):
+            name, value = sides[scopes.index(GLOBAL_RANK)]
+            self.env[name] = replace(value, rank=replace(value.rank, scope=LOCAL_RANK))
 
     def bind(self, target: cst.CSTNode, value: Value, statement: cst.CSTNode | None = None, parents: tuple = (),
              source: cst.CSTNode | None = None) -> None:
