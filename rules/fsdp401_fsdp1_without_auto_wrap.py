@@ -25,8 +25,10 @@ class Fsdp1WithoutAutoWrap(Rule):
 
     Not reported: a model known to hold no blocks (a single layer such as `torch.nn.Linear`, an
     `nn.Sequential` of such layers, an `nn.Module` class of the checked files whose `__init__` builds
-    only such layers), a model whose blocks were wrapped one by one before the root, `sharding_strategy=ShardingStrategy.NO_SHARD` (nothing is all-gathered), and
-    calls whose keyword arguments come from `**kwargs`.
+    only such layers), a model whose blocks were wrapped one by one before the root, a module taken
+    from another's children and wrapped on its own (`for name, child in model.named_children():
+    FSDP(child)`: a part, not the model), `sharding_strategy=ShardingStrategy.NO_SHARD` (nothing is
+    all-gathered), and calls whose keyword arguments come from `**kwargs`.
 
     ## Example
     ```python
@@ -56,6 +58,7 @@ class Fsdp1WithoutAutoWrap(Rule):
     trigger_tokens = ("FullyShardedDataParallel",)
 
     def check(self, program) -> Iterable[Finding]:
+        from fsdplint.model.values import ANY_ELEMENT, SELF_OR_BELOW
         from fsdplint.rulekit import calls, code, is_leaf_or_part, shards_nothing, via
 
         for flow in program.flows:
@@ -71,6 +74,8 @@ class Fsdp1WithoutAutoWrap(Rule):
                 if problem is None or event.target is None or shards_nothing(event):
                     continue  # with NO_SHARD nothing is all-gathered: one unit costs nothing
                 root = event.target
+                if ANY_ELEMENT in root.path or SELF_OR_BELOW in root.path:
+                    continue  # one of a module's children (or its modules), wrapped on its own: a part, not the model
                 if any(t != root and t.overlaps(root) for other in wraps for t in other.targets):
                     continue  # blocks wrapped one by one, and the model around them
                 if flow.sharding_of(root, event.index, fsdp=1) not in (None, event):

@@ -135,6 +135,31 @@ def test_no_shard_keeps_whole_gradients():
     """, select=["FSDP402"]) == []
 
 
+def test_a_child_of_a_module_wrapped_on_its_own_is_a_part_not_the_model():
+    """wdlctc/lc: a helper returns the first `nn.Linear` among a model's children, and a recursive
+    helper wraps each leaf module on its own: each wrap is of a part. Near miss: the model itself."""
+    body = """
+    def first_linear(module):
+        for child in module.children():
+            if isinstance(child, torch.nn.Linear):
+                return child
+
+    def wrap_leaves(module):
+        for name, child in module.named_children():
+            if any(True for _ in child.children()):
+                wrap_leaves(child)
+            else:
+                setattr(module, name, FSDP(child))
+
+    def main():
+        model = Net()
+        head = FSDP(first_linear(model))
+        wrap_leaves(model)
+        whole = FSDP(Net())
+    """
+    assert codes(body, select=["FSDP401"]) == [(17, "FSDP401")]
+
+
 def test_fp16_policy_where_the_model_is_wrapped_is_judged_by_that_codes_own_scaling():
     """dlrover: `train_fsdp.py` wraps with an fp16 policy and trains with no scaler, while another script
     of the program (here another entry function) builds a GradScaler. Near misses: the wrapping code
