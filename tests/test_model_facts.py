@@ -1211,7 +1211,7 @@ def _value_with_every_field_set() -> model.Value:
         table=(function("g"),), entries=(("lr", model.Value(ref=model.Ref("y"))),), rank=model.Rank(model.GLOBAL_RANK), constant="True", literal="True",
         rank_test=model.RankTest(True, True), always_false=True, element=model.Element(caller, "0", ()), each_of=caller,
         built_by="Model", rank_derived=model.RANK_NUMBER, world_size=True, run_test=True, text="cuda",
-        dtypes=frozenset({"torch.float16"}), type_test=True)
+        dtypes=frozenset({"torch.float16"}), type_test=True, formula=("eq", caller, "'fsdp'"))
 
 
 def test_a_calling_contexts_shape_and_a_copied_walk_keep_every_field_of_a_value():
@@ -1617,7 +1617,7 @@ def test_what_holds_names_the_object_a_test_reads_whatever_it_is_called():
             shard(model, cfg)
     """)
     [event] = flow_of(program, "main").of_kind(model.SHARD)
-    assert event.conditions() == {("cfg.fsdp", True), ("GLOBAL.off", False), ("c.fsdp and not GLOBAL.off", True)}
+    assert event.conditions() == {("cfg.fsdp", True), ("GLOBAL.off", False), ("cfg.fsdp and not GLOBAL.off", True)}
 
 
 def test_a_name_each_path_gives_a_wrapped_module_is_wrapped_where_the_paths_meet():
@@ -1681,3 +1681,46 @@ def test_an_attribute_an_object_was_constructed_with_is_the_object_the_call_gave
     uses = [event for event in main.events if event.kind == model.METHOD and event.method == "parameters"]
     assert uses[0].target == model.Ref("net")  # `FSDP(net)` wraps the object `net` names
     assert [main.sharding_of(event.target, event.index, fsdp=1) is not None for event in uses] == [True, False, False]
+
+
+def test_flags_are_read_as_what_they_were_computed_from():
+    """karlstratos/minGPU: `is_ddp = is_distributed and args.dist == "ddp"`, `is_fsdp = is_distributed and
+    args.dist == "fsdp"`: the wrap under `if is_fsdp:` and the state dict under `if (not is_distributed)
+    or is_ddp:` (and `if is_ddp` of an `x if is_ddp else y`) never run in one execution; one subject
+    equals one literal at most. Near miss: a flag computed from something else."""
+    program = program_of("""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    def main(args, world_size, model, other):
+        is_distributed = world_size != -1
+        is_ddp = is_distributed and args.dist == 'ddp'
+        is_fsdp = (is_distributed and args.dist == "fsdp")
+        unrelated = args.other == "fsdp"
+        if is_fsdp:
+            model = FSDP(model)
+        if unrelated:
+            other = FSDP(other)
+        if (not is_distributed) or is_ddp:
+            state = model.module.state_dict() if is_ddp else model.state_dict()
+            other.state_dict()
+    """)
+    main = flow_of(program, "main")
+    wrap, wrap_other = main.of_kind(model.WRAP)
+    uses = [event for event in main.events if event.kind == model.METHOD and event.method == "state_dict"]
+    assert [wrap.excludes(use) for use in uses] == [True, True, True]
+    assert not wrap_other.excludes(uses[2])
+    assert [main.sharding_of(use.target, use.index, fsdp=1) is not None for use in uses] == [False, False, True]
+
+
+def test_facts_hold_together_unless_no_truth_of_their_atoms_makes_them_all_hold():
+    from fsdplint.model.conditions import can_hold_together
+
+    dist, flag = model.Ref("args", ("dist",)), model.Ref("flag")
+    fsdp, ddp = ("eq", dist, "'fsdp'"), ("eq", dist, "'ddp'")
+    assert not can_hold_together(((fsdp, True),), ((ddp, True),))
+    assert can_hold_together(((fsdp, False),), ((ddp, False),))
+    assert not can_hold_together(((("and", flag, fsdp), True),), ((("or", ("not", flag), ddp), True),))
+    assert can_hold_together(((("or", flag, fsdp), True),), ((ddp, True),))
+    assert can_hold_together(((flag, True),), ((ddp, True),))  # nothing shared: each holds on its own path
+    chain = tuple((("or", model.Ref(f"v{i}"), model.Ref(f"v{i + 1}")), True) for i in range(20))
+    assert can_hold_together(((fsdp, True),) + chain, ((ddp, True), (model.Ref("v0"), True)))  # too many atoms to tell

@@ -25,10 +25,13 @@ a path of attributes, where `[]` stands for any element (`model.layers[i]`, a lo
 `model.layers`, a module from `model.modules()`). Name resolution is done here from the import
 statements, not with LibCST's ScopeProvider/QualifiedNameProvider, which cost about 0.5 s a file.
 
-What holds where an event runs (`Event.facts`, `Event.conditions`): the tests of the `if`s around it
-and of the `assert`s and the `if`s that leave the block before it, across inlined calls, a part that
-reads a variable of the walk named by the object it holds (`c.fsdp` where `c` is the caller's `cfg`
-is `cfg.fsdp`): two events that need one test true and false never run together (`Event.excludes`).
+What holds where an event runs (`Event.facts`, `Event.conditions`): the tests of the `if`s (and `x if
+test else y`) around it and of the `assert`s and the `if`s that leave the block before it, across
+inlined calls, as formulas (`conditions`): a part that reads a variable of the walk is named by the
+object it holds (`c.fsdp` where `c` is the caller's `cfg` is `cfg.fsdp`), a name bound to a test by
+that test (`is_fsdp = is_distributed and args.dist == "fsdp"`). Two events whose facts no truth of
+their atoms makes hold together, a subject equal to one literal at most, never run together
+(`Event.excludes`).
 
 Ranks: values know whether they are this process's rank (`Value.rank`, with its `RankScope`) or a
 condition only some ranks pass (`Value.rank_test`, by fsdplint/distributed.py's vocabulary and through

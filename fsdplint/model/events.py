@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping
 
 import libcst as cst
 
+from fsdplint.model.conditions import can_hold_together, render, written
 from fsdplint.model.syntax import holds_statement, parts_that_hold
 from fsdplint.model.values import NO_KEYWORDS, Arms, Ref, Value
 
@@ -100,10 +101,9 @@ class RankGuard:
         return " ".join(self.file.module.code_for_node(node).split())
 
 
-# A part of a test and its truth where an event runs: the part as the object it names (`cfg.fsdp`
-# of a variable of the walk, whatever the name it is reached by), or its node.
-Fact = tuple["Ref | cst.CSTNode", bool]
-_WRITER = cst.Module([])  # writes out any expression's node, whichever file holds it
+# A part of a test and its truth where an event runs: the part as a formula of what its names hold
+# (see conditions: `cfg.fsdp` of a variable of the walk, whatever the name it is reached by).
+Fact = tuple[tuple, bool]
 
 
 @dataclass(slots=True)  # hundreds of thousands on a large repository: no per-instance dict
@@ -175,9 +175,9 @@ class Event:
         return None
 
     def conditions(self) -> set[tuple[str, bool]]:
-        """What holds where the event runs, as (test, truth): `facts`, a part naming an object as that
-        object (`cfg.fsdp` for `c.fsdp` where the walk bound `c` to `cfg`), any other as written."""
-        return {(subject.dotted() if type(subject) is Ref else _WRITER.code_for_node(subject).strip(), truth) for subject, truth in self.facts}
+        """What holds where the event runs, as (test, truth): `facts` written out, a part naming an
+        object as that object (`cfg.fsdp` for `c.fsdp` where the walk bound `c` to `cfg`)."""
+        return {(render(formula), truth) for formula, truth in self.facts}
 
     def exclusive(self, other: Event) -> bool:
         """The two sit in different arms of one branching statement (`if`/`elif`/`else`, the rest of a
@@ -198,8 +198,13 @@ class Event:
         other needs false (`if args.fsdp: model = FSDP(model)` and `assert not args.fsdp; scaler = GradScaler()`)."""
         if self.exclusive(other):
             return True
+        if not self.facts or not other.facts:
+            return False
         mine = self.conditions()
-        return any((test, not truth) in mine for test, truth in other.conditions())
+        if any((test, not truth) in mine for test, truth in other.conditions()):
+            return True
+        # minGPU: `if is_fsdp:` (`is_distributed and args.dist == "fsdp"`) against `if (not is_distributed) or is_ddp:`
+        return not can_hold_together(self.facts, other.facts)
 
     def arg_refs(self) -> Iterator[Ref]:
         for value in itertools.chain(self.args, self.kwargs.values()):
@@ -247,7 +252,7 @@ def _none_test_of(test: cst.CSTNode) -> str | None:
     """`x` of `x is None` / `x is not None`, written out; None for any other test."""
     if type(test) is cst.Comparison and len(test.comparisons) == 1 and type(test.comparisons[0].operator) in (cst.Is, cst.IsNot) \
             and type(test.comparisons[0].comparator) is cst.Name and test.comparisons[0].comparator.value == "None":
-        return " ".join(_WRITER.code_for_node(test.left).split())
+        return written(test.left)
     return None
 
 

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from fsdplint.model import conditions
 from fsdplint.model.events import Event, RankGuard
 from fsdplint.model.flow import Loop, Write
 from fsdplint.model.names import dotted_name
@@ -130,7 +131,8 @@ class _Shaper:
                 given.constant, given.literal, given.rank_test, given.always_false,
                 (ref(element.container), element.index, element.arms) if element else None, ref(given.each_of), given.built_by,
                 given.rank_derived, given.world_size, given.text, given.run_test,
-                None if given.entries is None else tuple((key, self.value(entry)) for key, entry in given.entries), given.dtypes, given.type_test)
+                None if given.entries is None else tuple((key, self.value(entry)) for key, entry in given.entries), given.dtypes, given.type_test,
+                conditions.shape(given.formula, ref))
 
 
 def maker(flow: Flow, root: str, before: int) -> tuple:
@@ -248,11 +250,12 @@ class Copier:
         return self.rebase("arms", arms, self.summary.around.arms, self.around.arms, self.arm)
 
     def fact(self, fact: tuple) -> tuple:
-        # A part naming a variable names this call's; a part as written is the same in every call.
+        # A variable a formula names is this call's; a part as written is the same in every call.
         mapped = self.fact_entries.get(id(fact))
         if mapped is None:
-            subject, truth = fact
-            mapped = self.fact_entries[id(fact)] = (self.ref(subject), truth) if type(subject) is Ref else fact
+            formula, truth = fact
+            same = conditions.mapped(formula, self.ref)
+            mapped = self.fact_entries[id(fact)] = fact if same is formula else (same, truth)
         return mapped
 
     def chain(self, chain: tuple[str, ...]) -> tuple[str, ...]:
@@ -300,7 +303,7 @@ class Copier:
         if mapped is not None:
             return mapped
         if not (value.ref or value.params_of or value.iterates or value.event or value.elements or value.visits or value.element or value.each_of
-                or value.entries):
+                or value.entries or value.formula):
             return value  # nothing in it names a variable or an event: the same in every call
         element = value.element
         copy = Value(ref=self.ref(value.ref), params_of=self.refs(value.params_of), iterates=self.ref(value.iterates), iterates_self=value.iterates_self,
@@ -309,6 +312,7 @@ class Copier:
                      always_false=value.always_false, each_of=self.ref(value.each_of), built_by=value.built_by, rank_derived=value.rank_derived,
                      world_size=value.world_size, text=value.text, run_test=value.run_test, dtypes=value.dtypes, type_test=value.type_test,
                      entries=None if value.entries is None else tuple((key, self.value(entry)) for key, entry in value.entries),
+                     formula=None if value.formula is None else conditions.mapped(value.formula, self.ref),
                      element=Element(self.ref(element.container), element.index, self.arms(element.arms) if element.arms else ()) if element else None)
         self.values[id(value)] = copy
         return copy

@@ -167,6 +167,9 @@ class Value:
     # A test of whether a module or tensor is sharded (`isinstance(model, FSDPModule)`, `isinstance(p,
     # DTensor)`), or computed from one: it holds where the object is one, which the model does not know.
     type_test: bool = False
+    # A test bound to a name (`is_fsdp = is_distributed and args.dist == "fsdp"`): what it was computed
+    # from, as a formula (see conditions), for the tests that read the name.
+    formula: tuple | None = None
 
 
 # In a Value's text, a part whose text is not known: no address or name holds it, so that

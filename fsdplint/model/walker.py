@@ -202,12 +202,39 @@ class Walker:
         """What `test` having this truth says, part by part (`a and b` true: both true; `not` folded):
         a part that names a variable of the walk (`cfg.fsdp`, `c.fsdp` where `c = train_config` of a
         caller's `cfg`) by the object it holds, any other as its node (written out when asked)."""
-        facts = []
-        for part, holds in parts_that_hold(test, truth):
-            name = dotted_name(part)
-            ref = self.ref_of(part) if name is not None and name.split(".")[0] in self.env else None
-            facts.append((ref if ref is not None else part, holds))
-        return tuple(facts)
+        return tuple((self.formula_of(part), holds) for part, holds in parts_that_hold(test, truth))
+
+    def formula_of(self, test: cst.CSTNode) -> tuple:
+        """The test as a formula (see conditions) of what its names hold here: a name bound to a test
+        is that test's formula (`is_fsdp` where `is_fsdp = args.dist == "fsdp"`)."""
+        kind = type(test)
+        if kind is cst.UnaryOperation and type(test.operator) is cst.Not:
+            return ("not", self.formula_of(test.expression))
+        if kind is cst.BooleanOperation:
+            return ("and" if type(test.operator) is cst.And else "or", self.formula_of(test.left), self.formula_of(test.right))
+        if kind is cst.Comparison and len(test.comparisons) == 1:
+            # `args.dist == "fsdp"` (not `x is None`: tests of None are many, and say little of which arm runs)
+            operator, other = type(test.comparisons[0].operator), test.comparisons[0].comparator
+            if operator in (cst.Equal, cst.NotEqual):
+                for subject, literal in ((test.left, _literal_text(other)), (other, _literal_text(test.left))):
+                    if literal is not None:
+                        equal = ("eq", self.subject_of(subject), literal)
+                        return equal if operator is cst.Equal else ("not", equal)
+        name = dotted_name(test)
+        if name is not None and name.split(".")[0] in self.env:
+            bound = self.env.get(name)
+            if bound is not None and bound.formula is not None:
+                return bound.formula
+            ref = self.ref_of(test)
+            if ref is not None:
+                return ref
+        return test
+
+    def subject_of(self, node: cst.CSTNode) -> Ref | cst.CSTNode:
+        """What a comparison compares: the object a variable of the walk holds, or the expression."""
+        name = dotted_name(node)
+        ref = self.ref_of(node) if name is not None and name.split(".")[0] in self.env else None
+        return ref if ref is not None else node
 
     # statements
 
@@ -629,7 +656,8 @@ class Walker:
             # change it before a test that comes earlier in the text.
             once = root is not None and self.assigned_once(key)
             constant = value.constant if once and value.constant else None
-            bound = Value(ref=ref, params_of=value.params_of, iterates=value.iterates, iterates_self=value.iterates_self, elements=value.elements,
+            formula = self.formula_of(source) if source is not None and _is_test(source) else None
+            bound = Value(ref=ref, formula=formula, params_of=value.params_of, iterates=value.iterates, iterates_self=value.iterates_self, elements=value.elements,
                           rank=value.rank, constant=constant, literal=value.constant, rank_test=value.rank_test, visits=value.visits,
                           callees=value.callees, table=value.table, entries=value.entries, built_by=value.built_by, rank_derived=value.rank_derived,
                           world_size=value.world_size, text=value.text if once else None, run_test=value.run_test,
@@ -817,7 +845,11 @@ class Walker:
                 rank_test = RankTest.combine(operator, left.rank_test, right.rank_test)
             return Value(ref=either, params_of=refs_of((left, right)), rank_test=rank_test, type_test=left.type_test or right.type_test)
         if type(node) is cst.IfExp:
-            test, body, orelse = (self.expr(part, statement, parents) for part in (node.test, node.body, node.orelse))
+            test = self.expr(node.test, statement, parents)
+            with self.holding(node.test, True):
+                body = self.expr(node.body, statement, parents)
+            with self.holding(node.test, False):
+                orelse = self.expr(node.orelse, statement, parents)
             truth = False if test.always_false else self.static_truth(node.test)
             if truth is not None:
                 return body if truth else orelse  # `x if outer is not None else None` with `outer` left None
@@ -1251,6 +1283,21 @@ class Walker:
                       index=len(self.flow.events), facts=self.facts, **fields)
         self.flow.events.append(event)
         return event
+
+
+def _is_test(node: cst.CSTNode) -> bool:
+    """An expression whose value bound to a name is a test its readers read by formula (Walker.formula_of)."""
+    return type(node) in (cst.Comparison, cst.BooleanOperation) or type(node) is cst.UnaryOperation and type(node.operator) is cst.Not
+
+
+def _literal_text(node: cst.CSTNode) -> str | None:
+    """A literal a comparison may test against, as one text whatever its quotes: `'fsdp'`, `-1`, `None`."""
+    if type(node) is cst.SimpleString:
+        text = string_value(node)
+        return repr(text) if isinstance(text, str) else None
+    if type(node) is cst.Name and node.value in CONSTANTS:
+        return node.value
+    return integer_literal(node)
 
 
 def _pinned_scope(node: cst.Comparison, values: list[Value]) -> RankScope | None:

@@ -1,0 +1,165 @@
+"""What holds where an event runs, as formulas over atoms, and whether two such sets can hold at once.
+
+A test (`if is_fsdp:`) is read as a formula of what its names were computed from where the walk bound
+them (`is_fsdp = is_distributed and args.dist == "fsdp"`, `is_distributed = world_size != -1`):
+
+- a Ref: the truth of the object a variable of the walk holds, not known further;
+- `("eq", subject, literal)`: the subject (a Ref, or an expression's node) equals a literal
+  (`args.dist == "fsdp"`, `rank == -1`), written as one text whatever its quotes (`'fsdp'`, `-1`, `None`);
+- `("not", f)`, `("and", f, g)`, `("or", f, g)`;
+- a node: any other test, an atom known by its text.
+(The two atoms are kept as they are, not in a tuple: most facts are one of them, and every copy of a
+summary maps its facts.)
+
+An event's facts (`Event.facts`) are `(formula, truth)` pairs. Two sets of facts exclude each other
+when no truth of their atoms makes every fact hold, where a subject equals one literal at most
+(`args.dist == "fsdp"` and `args.dist == "ddp"` never both hold): minGPU's `if is_fsdp: model =
+wrap_fsdp(model)` and `if (not is_distributed) or is_ddp: ... model.state_dict()`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from typing import Callable
+
+import libcst as cst
+
+from fsdplint.model.values import Ref
+
+Formula = "Ref | cst.CSTNode | tuple"
+MAX_ATOMS = 10  # past it, two sets of facts are not known to exclude each other (2**10 truths at most)
+_WRITER = cst.Module([])  # writes out any expression's node, whichever file holds it
+
+
+def written(node: cst.CSTNode) -> str:
+    return " ".join(_WRITER.code_for_node(node).split())
+
+
+def _subject_text(subject: Ref | cst.CSTNode) -> str:
+    return subject.dotted() if type(subject) is Ref else written(subject)
+
+
+def render(formula: Formula) -> str:
+    """The formula as one text: two facts with the same text are the same test."""
+    if type(formula) is Ref:
+        return formula.dotted()
+    if type(formula) is not tuple:
+        return written(formula)
+    kind = formula[0]
+    if kind == "eq":
+        return f"{_subject_text(formula[1])} == {formula[2]}"
+    if kind == "not":
+        return f"not {_grouped(formula[1], ('and', 'or', 'eq'))}"
+    return f"{_grouped(formula[1], ('and', 'or'))} {kind} {_grouped(formula[2], ('and', 'or'))}"
+
+
+def _grouped(formula: Formula, kinds: tuple[str, ...]) -> str:
+    return f"({render(formula)})" if type(formula) is tuple and formula[0] in kinds else render(formula)
+
+
+def mapped(formula: Formula, ref: Callable[[Ref], Ref]) -> Formula:
+    """The formula with each Ref in it replaced by `ref(it)` (a summary copied into another call)."""
+    if type(formula) is Ref:
+        return ref(formula)
+    if type(formula) is not tuple:
+        return formula
+    if formula[0] == "eq":
+        return ("eq", ref(formula[1]), formula[2]) if type(formula[1]) is Ref else formula
+    parts = tuple(mapped(part, ref) for part in formula[1:])
+    return formula if all(map(operator.is_, parts, formula[1:])) else (formula[0], *parts)
+
+
+def shape(formula: Formula | None, ref: Callable[[Ref], object]) -> object:
+    """What a calling context keeps of a formula: its structure, each Ref as `ref` numbers it."""
+    if formula is None:
+        return None
+    if type(formula) is Ref:
+        return ("var", ref(formula))
+    if type(formula) is not tuple:
+        return ("node", written(formula))
+    if formula[0] == "eq":
+        return ("eq", ref(formula[1]) if type(formula[1]) is Ref else written(formula[1]), formula[2])
+    return (formula[0], *(shape(part, ref) for part in formula[1:]))
+
+
+def _atoms(formula: Formula, found: dict[tuple, None], texts: dict[int, str]) -> None:
+    if type(formula) is tuple and formula[0] in ("not", "and", "or"):
+        for part in formula[1:]:
+            _atoms(part, found, texts)
+    else:
+        found[_atom(formula, texts)] = None
+
+
+def _atom(formula: Formula, texts: dict[int, str]) -> tuple:
+    """The atom a leaf of a formula is, by text (each node written once per question: `texts`)."""
+    if type(formula) is Ref:
+        return ("var", formula.dotted())
+    subject = formula[1] if type(formula) is tuple else formula
+    if type(subject) is Ref:
+        text = subject.dotted()
+    else:
+        text = texts.get(id(subject))
+        if text is None:
+            text = texts[id(subject)] = written(subject)
+    return ("eq", text, formula[2]) if type(formula) is tuple else ("node", text)
+
+
+def _compiled(formula: Formula, bits: dict[tuple, int], texts: dict[int, str]) -> Callable[[int], bool]:
+    """The formula as a function of the atoms' truths, one bit each."""
+    kind = formula[0] if type(formula) is tuple else None
+    if kind == "not":
+        inner = _compiled(formula[1], bits, texts)
+        return lambda truth: not inner(truth)
+    if kind in ("and", "or"):
+        left, right = _compiled(formula[1], bits, texts), _compiled(formula[2], bits, texts)
+        return (lambda truth: left(truth) and right(truth)) if kind == "and" else (lambda truth: left(truth) or right(truth))
+    bit = 1 << bits[_atom(formula, texts)]
+    return lambda truth: bool(truth & bit)
+
+
+def can_hold_together(mine: tuple[tuple[Formula, bool], ...], theirs: tuple[tuple[Formula, bool], ...]) -> bool:
+    """Some truth of the atoms makes every fact of both sets hold, a subject equal to one literal at
+    most. Each set holds on its own (it is what holds on a path): only the facts tied to an atom of
+    the other set (through atoms they share) are weighed. True where there are too many atoms to tell."""
+    texts: dict[int, str] = {}
+    atoms_of = []
+    for formula, holds in mine + theirs:
+        found: dict[tuple, None] = {}
+        _atoms(formula, found, texts)
+        atoms_of.append(set(found))
+    # A subject compared with a literal stands for all its literals: `dist == "ddp"` ties to `dist == "fsdp"`.
+    keys = [{atom[:2] if atom[0] == "eq" else atom for atom in atoms} for atoms in atoms_of]
+    mine_keys = set().union(*keys[:len(mine)])
+    theirs_keys = set().union(*keys[len(mine):])
+    tied = mine_keys & theirs_keys
+    if not tied:
+        return True
+    # The facts tied to both sets, through the atoms they share, to a fixed point.
+    chosen: set[int] = set()
+    while True:
+        more = {index for index, key in enumerate(keys) if index not in chosen and key & tied}
+        if not more:
+            break
+        chosen |= more
+        tied = tied.union(*(keys[index] for index in more))
+    facts = [(mine + theirs)[index] for index in sorted(chosen)]
+    atoms = sorted(set().union(*(atoms_of[index] for index in chosen)))
+    if len(atoms) > MAX_ATOMS:
+        return True
+    bits = {atom: position for position, atom in enumerate(atoms)}
+    compiled = [(_compiled(formula, bits, texts), holds) for formula, holds in facts]
+    # Truths in which a subject equals two literals are not weighed.
+    clashes = []
+    by_subject: dict[str, list[int]] = {}
+    for atom, position in bits.items():
+        if atom[0] == "eq":
+            by_subject.setdefault(atom[1], []).append(position)
+    for positions in by_subject.values():
+        clashes += [(1 << a) | (1 << b) for a, b in itertools.combinations(positions, 2)]
+    for truth in range(1 << len(atoms)):
+        if any(truth & clash == clash for clash in clashes):
+            continue
+        if all(test(truth) is holds for test, holds in compiled):
+            return True
+    return False
