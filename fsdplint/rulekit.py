@@ -193,7 +193,7 @@ def device_arguments(event: Event) -> Iterator[tuple[cst.CSTNode, Value]]:
     first = not every and method in _DEVICE_METHODS and not distributed.is_torch_name(event.qname or "")
     if not (every or first) and _DEVICE_KEYWORDS.isdisjoint(event.kwargs):
         return  # most calls: nothing to pair up
-    positional, keywords = argument_values(event)
+    positional, keywords = event.argument_values()
     if every:
         yield from positional
     elif first:
@@ -207,28 +207,13 @@ def device_arguments(event: Event) -> Iterator[tuple[cst.CSTNode, Value]]:
             yield node, value
 
 
-def argument_values(event: Event) -> tuple[list[tuple[cst.CSTNode, Value]], dict[str, tuple[cst.CSTNode, Value]]]:
-    """A call event's positional arguments and its keyword arguments, each node with its value."""
-    positional = [arg.value for arg in event.node.args if arg.keyword is None and not arg.star]
-    keywords = {arg.keyword.value: (arg.value, event.kwargs[arg.keyword.value]) for arg in event.node.args
-                if arg.keyword is not None and arg.keyword.value in event.kwargs}
-    return list(zip(positional, event.args)), keywords
-
-
-def argument(event: Event, position: int | None, keyword: str) -> tuple[cst.CSTNode, Value] | None:
-    """The argument a call gives at `position` (None: keyword only) or as `keyword=`, its node with its
-    value; None when not given."""
-    positional, keywords = argument_values(event)
-    return positional[position] if position is not None and position < len(positional) else keywords.get(keyword)
-
-
 def over_a_group(event: Event) -> bool:
     """A collective given a process group (`group=`, `process_group=`, or at the group's position:
     `dist.barrier(self.pp_group)`), not the default group of every rank."""
 
     name = (event.qname or "").rsplit(".", 1)[-1]
     position = distributed.PROCESS_GROUP_COLLECTIVES.get(name) if event.qname and distributed.is_process_group_collective(event.qname) else None
-    return "process_group" in event.kwargs or argument(event, position, "group") is not None
+    return "process_group" in event.kwargs or event.argument(position, "group") is not None
 
 
 def script_flows(program) -> Iterator[Flow]:
@@ -250,7 +235,7 @@ def spawns(program) -> Iterator[tuple[Flow, Event, FunctionInfo]]:
 
     for flow in program.flows:
         for event in flow.of_kind(CALL):
-            function = _function_passed(program, event, argument(event, 0, "fn")) if event.qname in distributed.PROCESS_SPAWNERS else None
+            function = _function_passed(program, event, event.argument(0, "fn")) if event.qname in distributed.PROCESS_SPAWNERS else None
             if function is not None:
                 yield flow, event, function
 
@@ -269,7 +254,7 @@ def process_starts(program) -> Iterator[tuple[Flow, Event, FunctionInfo]]:
             func = getattr(event.node, "func", None)
             is_start = event.qname in distributed.PROCESS_CLASSES or event.qname is None and type(func) is cst.Attribute \
                 and func.attr.value == distributed.PROCESS_CLASS_NAME
-            function = _function_passed(program, event, argument(event, None, "target")) if is_start else None
+            function = _function_passed(program, event, event.argument(None, "target")) if is_start else None
             if function is not None:
                 yield flow, event, function
 
@@ -295,7 +280,7 @@ def process_group_backend(event: Event) -> str | None:
     `"cpu:gloo,cuda:nccl"`, a name assigned one); None when it names none or computes it."""
     from fsdplint.model import UNKNOWN_PART
 
-    backend = argument(event, 0, "backend")
+    backend = event.argument(0, "backend")
     text = backend[1].text if backend is not None else None
     return text if text is not None and UNKNOWN_PART not in text else None
 
@@ -339,26 +324,6 @@ def no_sync_fix(event: Event) -> Fix | None:
 
     return Fix("Replace `no_sync()` with `set_requires_gradient_sync(False)`/`(True)` around the body", safe=True,
                operations=[Replace(statement, rewrite)])
-
-
-def shards_nothing(wrap: Event) -> bool:
-    """FSDP1 with `sharding_strategy=ShardingStrategy.NO_SHARD`: whole parameters and gradients on every
-    rank, as DDP keeps them; nothing is all-gathered."""
-    strategy = argument(wrap, 2, "sharding_strategy")  # FullyShardedDataParallel(module, process_group, sharding_strategy, ...)
-    return strategy is not None and (wrap.file.qualify(strategy[0]) or "").endswith("ShardingStrategy.NO_SHARD")
-
-
-# FSDP1 strategies that shard parameters (and so the optimizer's state) across the ranks.
-_SHARDING_STRATEGIES = frozenset({"FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"})
-
-
-def certainly_shards(wrap: Event) -> bool:
-    """FSDP1 that shards the parameters: its default (FULL_SHARD) or a sharding strategy named in the
-    call; not where a variable or a `*`/`**` argument may choose NO_SHARD."""
-    if any(arg.star for arg in wrap.node.args):
-        return False
-    strategy = argument(wrap, 2, "sharding_strategy")
-    return strategy is None or (wrap.file.qualify(strategy[0]) or "").rsplit(".", 1)[-1] in _SHARDING_STRATEGIES
 
 
 def is_leaf_or_part(flow: Flow, root: Ref, shards: list[Event], at: Event) -> bool:

@@ -57,7 +57,7 @@ class MeshShapeForFullyShard(Rule):
 
         from fsdplint import distributed
         from fsdplint.model import CALL
-        from fsdplint.rulekit import argument, at, calls, code, via, where
+        from fsdplint.rulekit import at, calls, code, via, where
 
         for flow in program.flows:
             for event in flow.shard_events(fsdp=2):
@@ -68,14 +68,14 @@ class MeshShapeForFullyShard(Rule):
                 built = flow.origin(mesh, event.index)
                 if built is None or built.kind != CALL or built.qname not in distributed.INIT_DEVICE_MESH or any(arg.star for arg in built.node.args):
                     continue
-                shape = argument(built, 1, "mesh_shape")
+                shape = built.argument(1, "mesh_shape")
                 if shape is None or not isinstance(shape[0], (cst.Tuple, cst.List)) \
                         or any(isinstance(element, cst.StarredElement) for element in shape[0].elements):
                     continue
                 dimensions = len(shape[0].elements)
-                names = argument(built, None, "mesh_dim_names")
+                names = built.argument(None, "mesh_dim_names")
                 unnamed = names is None or isinstance(names[0], cst.Name) and names[0].value == "None"
-                mesh_code = code(event, argument(event, None, "mesh")[0])
+                mesh_code = code(event, event.argument(None, "mesh")[0])
                 made = f"`{mesh_code}` is built at {where(built)} by `init_device_mesh` with shape `{code(built, shape[0])}`"
                 if dimensions > 2:
                     message = (f"{made}, {dimensions} dimensions{via(event)}: `fully_shard` takes a 1-D (FSDP) or 2-D (HSDP) mesh and raises "

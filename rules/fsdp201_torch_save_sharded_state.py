@@ -69,7 +69,7 @@ class TorchSaveShardedState(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL
-        from fsdplint.rulekit import argument, at, calls, code, via, where
+        from fsdplint.rulekit import at, calls, code, via, where
 
         for flow in program.flows:
             for event in flow.of_kind(CALL):
@@ -80,7 +80,7 @@ class TorchSaveShardedState(Rule):
                     continue
                 sharded = [(module, shard) for module in sorted(event.args[0].params_of, key=str)
                            if (shard := flow.sharding_of(module, event.index, fsdp=2)) is not None]
-                path = argument(event, 1, "f")  # torch.save(obj, f, ...)
+                path = event.argument(1, "f")  # torch.save(obj, f, ...)
                 per_rank = path is not None and path[1].rank is not None  # a file name formatted from the rank
                 what = code(event, event.node.args[0].value)
                 if not sharded:
@@ -107,9 +107,9 @@ class TorchSaveShardedState(Rule):
         """`dcp.save({"optimizer": optimizer.state_dict()})` of an FSDP1 optimizer: plain tensors with
         one key and shape on every rank, which DCP takes as replicated and keeps one rank's of (on 2
         CPU ranks, rank 0's `exp_avg` is not restored by `dcp.load`)."""
-        from fsdplint.rulekit import argument, code
+        from fsdplint.rulekit import code
 
-        state = argument(event, 0, "state_dict")
+        state = event.argument(0, "state_dict")
         wrapped = _fsdp1_optimizer_state(flow, state[1], event.index) if state is not None else None
         if wrapped is not None:
             yield _fsdp1_optimizer_finding(flow, event, code(event, state[0]), wrapped,
@@ -184,7 +184,7 @@ def _fsdp1_optimizer_state(flow, state, before: int):
     """The FSDP1 wrap whose sharded parameters an optimizer whose state `state` holds was built over
     (after the wrap: before it, FSDP104), where the wrap certainly shards; else None."""
     from fsdplint.model import OPTIMIZER, WRAP, Value
-    from fsdplint.rulekit import certainly_shards
+    from fsdplint.model.strategies import certainly_shards
 
     for optimizer in sorted(state.params_of & flow.optimizer_bindings, key=str):
         built = flow.origin(Value(ref=optimizer), before)

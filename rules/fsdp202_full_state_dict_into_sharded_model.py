@@ -56,7 +56,7 @@ class FullStateDictIntoShardedModel(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL, METHOD
-        from fsdplint.rulekit import argument, at, calls, code, via, where
+        from fsdplint.rulekit import at, calls, code, via, where
 
         for flow in program.flows:
             for event in flow.of_kind(METHOD):
@@ -66,7 +66,7 @@ class FullStateDictIntoShardedModel(Rule):
                 loaded = flow.origin(event.args[0], event.index)
                 if shard is None or loaded is None or loaded.kind != CALL or loaded.qname not in _FULL_LOADERS:
                     continue
-                path = argument(loaded, 0, "f")  # torch.load(f, ...)
+                path = loaded.argument(0, "f")  # torch.load(f, ...)
                 if path is not None and path[1].rank is not None:
                     continue  # a file per rank holds what that rank saved, its own shards (ChatLearn's resume)
                 module = code(event, event.node.func.value)

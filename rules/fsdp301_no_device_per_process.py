@@ -117,9 +117,8 @@ def _builds_setup_object(flow) -> bool:
 
 def _single_process(event) -> bool:
     """`world_size=1`: one process, and GPU 0 is its GPU."""
-    from fsdplint.rulekit import argument
 
-    world_size = argument(event, 3, "world_size")  # init_process_group(backend, init_method, timeout, world_size, ...)
+    world_size = event.argument(3, "world_size")  # init_process_group(backend, init_method, timeout, world_size, ...)
     return world_size is not None and getattr(world_size[0], "value", None) == "1"
 
 
@@ -130,14 +129,14 @@ def _chooses_device(event) -> bool:
     import libcst as cst
 
     from fsdplint.model import CALL, METHOD
-    from fsdplint.rulekit import argument, device_arguments
+    from fsdplint.rulekit import device_arguments
 
     if event.kind == CALL and event.qname in distributed.DEVICE_CHOOSING_CALLS:
         return True
     callee = event.method if event.kind == METHOD else event.qname
     if not distributed.is_torch_name(event.qname or "") and "device" in (callee or "").lower():
         return True  # a helper fsdplint cannot see into, such as torchtune's `utils.get_device("cuda")`
-    if argument(event, None, "device_id") is not None:
+    if event.argument(None, "device_id") is not None:
         return True
     # Whatever `x.cuda(...)` or the second argument of `torch.device` is given is an index.
     indices = {id(arg.value) for arg in event.node.args[event.qname == "torch.device":]}

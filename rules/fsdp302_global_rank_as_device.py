@@ -223,9 +223,8 @@ def _spawns_whole_job(flow, spawn) -> bool:
     import libcst as cst
 
     from fsdplint import distributed
-    from fsdplint.rulekit import argument
 
-    nprocs = argument(spawn, 2, "nprocs")
+    nprocs = spawn.argument(2, "nprocs")
     if nprocs is None:
         return not any(arg.star for arg in spawn.node.args)  # `mp.spawn(fn, **options)` may pass it
     if type(nprocs[0]) is cst.Integer:
@@ -244,12 +243,11 @@ def _meets_locally(flow, init) -> bool:
     meeting place only processes of one machine reach."""
     from fsdplint import distributed
     from fsdplint.model import SET_ENV
-    from fsdplint.rulekit import argument
 
-    method = argument(init, 1, "init_method")
+    method = init.argument(1, "init_method")
     if method is not None and method[1].text != "env://":
         return (method[1].text or "").startswith(distributed.LOCAL_INIT_METHODS)
-    store = argument(init, 5, "store")
+    store = init.argument(5, "store")
     if store is not None:
         made = flow.origin(store[1], init.index)
         return made is not None and made.qname in distributed.LOCAL_STORES
@@ -262,9 +260,7 @@ def _spawn_index_in_fixed_world(flow, init) -> bool:
     parameter as given: the ranks are the spawned processes' indices, and the world no more than them."""
     import libcst as cst
 
-    from fsdplint.rulekit import argument
-
-    rank, world_size = argument(init, 4, "rank"), argument(init, 3, "world_size")
+    rank, world_size = init.argument(4, "rank"), init.argument(3, "world_size")
     if rank is None or world_size is None or type(world_size[0]) is not cst.Integer or not flow.function.params:
         return False
     index = flow.function.params[0]

@@ -130,13 +130,12 @@ def _device_object_type(flow, event, node, devices) -> str | None:
     import libcst as cst
 
     from fsdplint.model import dotted_name
-    from fsdplint.rulekit import argument_values
 
     as_string = isinstance(node, cst.Call) and dotted_name(node.func) == "str" and len(node.args) == 1
     holder = next((e for e in flow.events if e.node is node), None) if as_string else event
     if holder is None:
         return None
-    positional, keywords = argument_values(holder)
+    positional, keywords = holder.argument_values()
     name, value = positional[0] if positional else keywords.get("device_type", (None, None))
     built = devices.get(value.ref) if value is not None and value.ref is not None else None
     if built is None or not isinstance(name, (cst.Name, cst.Attribute)) or (as_string and not _has_index(built.node)):

@@ -69,7 +69,7 @@ class BackendCannotRunOnDevice(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL
-        from fsdplint.rulekit import argument, at, calls, code, over_a_group, via, where
+        from fsdplint.rulekit import at, calls, code, over_a_group, via, where
 
         for flow in program.flows:
             inits = [event for event in flow.of_kind(CALL) if event.qname == distributed.INIT_PROCESS_GROUP]
@@ -83,7 +83,7 @@ class BackendCannotRunOnDevice(Rule):
                 if init is None:
                     continue
                 if event.qname in _MESH:
-                    device = argument(event, 0, "device_type")
+                    device = event.argument(0, "device_type")
                     if device is None or _device_type(event, device[0]) != "cpu":
                         continue
                     yield Finding(event.file, device[0],
@@ -95,7 +95,7 @@ class BackendCannotRunOnDevice(Rule):
                 if over_a_group(event):
                     continue
                 for position, keyword in distributed.tensor_arguments(event.qname or ""):
-                    given = argument(event, position, keyword)
+                    given = event.argument(position, keyword)
                     made = _made_on_cpu(flow, event, *given) if given is not None else None
                     if made is None:
                         continue
@@ -145,13 +145,12 @@ def _made_on_cpu(flow, event, node, value):
     import libcst as cst
 
     from fsdplint.model import CALL
-    from fsdplint.rulekit import argument
 
     made = flow.origin(value, event.index)
     if made is None or type(made.node) is not cst.Call or not _is_whole_value(made, node):
         return None
     if made.kind == CALL and made.qname in distributed.TENSOR_FACTORIES:
-        device = argument(made, None, "device")
+        device = made.argument(None, "device")
         return (made, device[0]) if device is not None and _device_type(made, device[0]) == "cpu" else None
     func = made.node.func
     if type(func) is not cst.Attribute or distributed.is_torch_name(made.qname or ""):

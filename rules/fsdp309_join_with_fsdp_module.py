@@ -61,13 +61,13 @@ class JoinWithFsdpModule(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL, SHARD
-        from fsdplint.rulekit import argument, at, calls, code, via, where
+        from fsdplint.rulekit import at, calls, code, via, where
 
         for flow in program.flows:
             for event in flow.of_kind(CALL):
                 if event.qname not in _JOIN:
                     continue
-                joinables = argument(event, 0, "joinables")
+                joinables = event.argument(0, "joinables")
                 if joinables is None or joinables[1].elements is None:
                     continue
                 for node, value in zip(_element_nodes(joinables[0], len(joinables[1].elements)), joinables[1].elements):

@@ -79,12 +79,12 @@ class DataNotSplitAcrossRanks(Rule):
                         yield finding
 
     def _finding(self, program, flow, loader) -> Finding | None:
-        from fsdplint.rulekit import argument, at, handed_over, is_backward, rebound, where
+        from fsdplint.rulekit import at, handed_over, is_backward, rebound, where
 
-        if any(arg.star for arg in loader.node.args) or argument(loader, 3, "sampler") or argument(loader, 4, "batch_sampler") \
+        if any(arg.star for arg in loader.node.args) or loader.argument(3, "sampler") or loader.argument(4, "batch_sampler") \
                 or "generator" in loader.kwargs or _per_process(loader):
             return None
-        given = argument(loader, 0, "dataset")
+        given = loader.argument(0, "dataset")
         if given is None:
             return None
         made = flow.origin(given[1], loader.index)
@@ -209,9 +209,7 @@ def _shuffles(loader) -> bool:
     """`shuffle=` given and not the literal `False`."""
     import libcst as cst
 
-    from fsdplint.rulekit import argument
-
-    given = argument(loader, 2, "shuffle")
+    given = loader.argument(2, "shuffle")
     return given is not None and not (type(given[0]) is cst.Name and given[0].value == "False")
 
 

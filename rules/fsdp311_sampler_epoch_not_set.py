@@ -65,14 +65,13 @@ class SamplerEpochNotSet(Rule):
     def check(self, program) -> Iterable[Finding]:
         from fsdplint import distributed
         from fsdplint.model import CALL
-        from fsdplint.rulekit import argument
 
         for flow in program.flows:
             for sampler in flow.of_kind(CALL):
                 if sampler.qname not in distributed.DISTRIBUTED_SAMPLERS or not _shuffles(sampler):
                     continue
                 for loader in flow.of_kind(CALL):
-                    given = argument(loader, 3, "sampler") if loader.qname in distributed.DATA_LOADERS else None
+                    given = loader.argument(3, "sampler") if loader.qname in distributed.DATA_LOADERS else None
                     if given is None or loader.binding is None or not (
                             given[1].event is sampler or sampler.binding is not None and given[1].ref == sampler.binding):
                         continue
@@ -139,9 +138,8 @@ class SamplerEpochNotSet(Rule):
 
 def _shuffles(sampler) -> bool:
     """`shuffle` left at its default, or given `True` (a literal, or a parameter the call passed it for)."""
-    from fsdplint.rulekit import argument
 
-    given = argument(sampler, 3, "shuffle")
+    given = sampler.argument(3, "shuffle")
     return given is None or given[1].constant == "True"
 
 

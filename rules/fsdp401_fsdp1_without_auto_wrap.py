@@ -59,7 +59,8 @@ class Fsdp1WithoutAutoWrap(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model.values import ANY_ELEMENT, SELF_OR_BELOW
-        from fsdplint.rulekit import calls, code, is_leaf_or_part, shards_nothing, via
+        from fsdplint.model.strategies import shards_nothing
+        from fsdplint.rulekit import calls, code, is_leaf_or_part, via
 
         for flow in program.flows:
             if not flow.is_entry:
@@ -93,11 +94,10 @@ class Fsdp1WithoutAutoWrap(Rule):
         import libcst as cst
 
         from fsdplint.model.syntax import reads_name
-        from fsdplint.rulekit import argument
 
         # FullyShardedDataParallel(module, process_group, sharding_strategy, cpu_offload, auto_wrap_policy, ...);
         # torch 1.11 named it `fsdp_auto_wrap_policy`.
-        given = argument(event, _POLICY_POSITION, "auto_wrap_policy") or argument(event, None, "fsdp_auto_wrap_policy")
+        given = event.argument(_POLICY_POSITION, "auto_wrap_policy") or event.argument(None, "fsdp_auto_wrap_policy")
         policy = given[0] if given else None
         if given is None or given[1].constant == "None":
             return "with no `auto_wrap_policy`"

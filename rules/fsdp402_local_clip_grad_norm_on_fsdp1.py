@@ -61,14 +61,15 @@ class LocalClipGradNormOnFsdp1(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL, FSDP1_WRAPPER
-        from fsdplint.rulekit import at, calls, code, shards_nothing, via, where
+        from fsdplint.model.strategies import shards_nothing
+        from fsdplint.rulekit import at, calls, code, via, where
 
         for flow in program.flows:
             for event in flow.of_kind(CALL):
                 if event.qname not in _TORCH_CLIP or not event.args:
                     continue
                 wrapped = [(module, wrap) for module in sorted(event.args[0].params_of, key=str)
-                           if (wrap := flow.sharding_of(module, event.index, fsdp=1)) is not None and not shards_nothing(wrap)
+                           if (wrap := flow.sharding_of(module, event.index, fsdp=1)) is not None and not shards_nothing(wrap, event)
                            and not wrap.excludes(event) and flow.isinstance_known(event, module, (FSDP1_WRAPPER,)) is not False]
                 if not wrapped:
                     continue

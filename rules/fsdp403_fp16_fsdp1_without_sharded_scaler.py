@@ -78,7 +78,8 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
 
     def _plain_scalers(self, flow) -> Iterable[Finding]:
         from fsdplint.model import CALL, METHOD, Value
-        from fsdplint.rulekit import at, calls, shards_nothing, via, where
+        from fsdplint.model.strategies import shards_nothing
+        from fsdplint.rulekit import at, calls, via, where
 
         for scaler in flow.of_kind(CALL):
             if scaler.qname not in _GRAD_SCALERS or scaler.binding is None or _disabled(scaler):
@@ -91,7 +92,7 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
                 for module in sorted(optimizer.params_of if optimizer else (), key=str):
                     found = flow.sharding_of(module, step.index, fsdp=1)
                     # NO_SHARD: every rank holds the whole all-reduced gradients and skips the same steps.
-                    wrap = wrap or (found if found is not None and not found.excludes(scaler) and not shards_nothing(found) else None)
+                    wrap = wrap or (found if found is not None and not found.excludes(scaler) and not shards_nothing(found, step) else None)
             if wrap is None:
                 continue
             yield Finding(scaler.file, scaler.node,

@@ -652,6 +652,33 @@ def test_torch_distributed_zero_first_pairs_the_other_ranks_barrier_with_rank_ze
     """) == [18, 20, 24, 26]
 
 
+def test_the_state_dict_of_an_fsdp1_module_that_shards_nothing_gathers_nothing():
+    """X-LANCE/SLAM-LLM: `FSDP(model, sharding_strategy=cfg.sharding_strategy)`, and `elif
+    cfg.sharding_strategy == ShardingStrategy.NO_SHARD: if rank == 0: save(model)` (checked on 2 CPU
+    ranks: rank 0's `state_dict()` of a NO_SHARD module returns, the other rank waits at the barrier).
+    Near misses: the same save outside the test, and under the test of another strategy."""
+    assert lines("""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
+
+    def save(model, path):
+        torch.save(model.state_dict(), path)
+
+    def main(cfg, net, rank):
+        model = FSDP(net, sharding_strategy=cfg.sharding_strategy)
+        if cfg.sharding_strategy == ShardingStrategy.NO_SHARD:
+            if rank == 0:
+                save(model, "a.pt")
+        elif cfg.sharding_strategy == ShardingStrategy.SHARD_GRAD_OP:
+            if rank == 0:
+                save(model, "b.pt")
+        if rank == 0:
+            save(model, "c.pt")
+        literal = FSDP(net, sharding_strategy=ShardingStrategy.NO_SHARD)
+        if rank == 0:
+            save(literal, "d.pt")
+    """) == [14, 16]
+
+
 def test_a_full_state_dict_of_a_module_built_here_and_never_sharded_gathers_nothing():
     """templar: on rank 0 only, `ref = Llama(args)` (a plain reference model) and `get_model_state_dict(ref,
     full_state_dict=True)`: its tensors are plain, no other rank takes part (both ranks finish on

@@ -138,6 +138,19 @@ class Event:
     # `assert`s and the `if`s that leave the block before it (Walker.facts_of).
     facts: tuple[Fact, ...] = ()
 
+    def argument_values(self) -> tuple[list[tuple[cst.CSTNode, Value]], dict[str, tuple[cst.CSTNode, Value]]]:
+        """A call event's positional arguments and its keyword arguments, each node with its value."""
+        positional = [arg.value for arg in self.node.args if arg.keyword is None and not arg.star]
+        keywords = {arg.keyword.value: (arg.value, self.kwargs[arg.keyword.value]) for arg in self.node.args
+                    if arg.keyword is not None and arg.keyword.value in self.kwargs}
+        return list(zip(positional, self.args)), keywords
+
+    def argument(self, position: int | None, keyword: str) -> tuple[cst.CSTNode, Value] | None:
+        """The argument a call gives at `position` (None: keyword only) or as `keyword=`, its node with
+        its value; None when not given."""
+        positional, keywords = self.argument_values()
+        return positional[position] if position is not None and position < len(positional) else keywords.get(keyword)
+
     def keywords_set_true(self) -> frozenset[str]:
         """The keyword arguments written as `True` (`StateDictOptions(full_state_dict=True)`)."""
         if not type(self.node) is cst.Call:

@@ -21,6 +21,7 @@ from fsdplint.model.events import (
     EventKind,
 )
 from fsdplint.model.names import BUILTINS
+from fsdplint.model.strategies import shards_nothing
 from fsdplint.model.syntax import isinstance_classes, parts_that_hold, string_value
 from fsdplint.model.values import RankScope, Ref, Value
 
@@ -326,8 +327,11 @@ class Flow:
                 return event.method
             if event.method == "unshard" and self.sharding_of(event.target, event.index, fsdp=2):
                 return event.method
-            if event.method == "state_dict" and self.sharding_of(event.target, event.index, fsdp=1) and self._fsdp1_full_state_dict(event):
-                return event.method
+            if event.method == "state_dict" and self._fsdp1_full_state_dict(event):
+                wrap = self.sharding_of(event.target, event.index, fsdp=1)
+                # NO_SHARD: every rank holds whole parameters, and its state dict gathers nothing (checked on 2 CPU ranks)
+                if wrap is not None and not shards_nothing(wrap, event):
+                    return event.method
             return None
         if event.kind == CALL_VALUE and event.target is not None and self.sharding_of(event.target, event.index, fsdp=None, how=Managed.UNIT):
             return "forward"  # of the module sharded: calling a part of it (`get = module.method; get()`) runs no hook

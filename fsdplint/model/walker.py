@@ -216,12 +216,12 @@ class Walker:
             # `args.dist == "fsdp"` (not `x is None`: tests of None are many, and say little of which arm runs)
             operator, other = type(test.comparisons[0].operator), test.comparisons[0].comparator
             if operator in (cst.Equal, cst.NotEqual):
-                for subject, literal in ((test.left, _literal_text(other)), (other, _literal_text(test.left))):
+                for subject, literal in ((test.left, _literal_text(other, self.file)), (other, _literal_text(test.left, self.file))):
                     if literal is not None:
                         equal = ("eq", self.subject_of(subject), literal)
                         return equal if operator is cst.Equal else ("not", equal)
         name = dotted_name(test)
-        if name is not None and name.split(".")[0] in self.env:
+        if name is not None and self.is_variable(name.split(".")[0]):
             bound = self.env.get(name)
             if bound is not None and bound.formula is not None:
                 return bound.formula
@@ -233,8 +233,13 @@ class Walker:
     def subject_of(self, node: cst.CSTNode) -> Ref | cst.CSTNode:
         """What a comparison compares: the object a variable of the walk holds, or the expression."""
         name = dotted_name(node)
-        ref = self.ref_of(node) if name is not None and name.split(".")[0] in self.env else None
+        ref = self.ref_of(node) if name is not None and self.is_variable(name.split(".")[0]) else None
         return ref if ref is not None else node
+
+    def is_variable(self, name: str) -> bool:
+        """A name this walk bound, or a parameter of the flow's own function (the same object wherever
+        it is read); not a global, which each function would name apart."""
+        return name in self.env or self.function is not None and self.depth == 0 and name in self.function.params
 
     # statements
 
@@ -1290,8 +1295,11 @@ def _is_test(node: cst.CSTNode) -> bool:
     return type(node) in (cst.Comparison, cst.BooleanOperation) or type(node) is cst.UnaryOperation and type(node.operator) is cst.Not
 
 
-def _literal_text(node: cst.CSTNode) -> str | None:
-    """A literal a comparison may test against, as one text whatever its quotes: `'fsdp'`, `-1`, `None`."""
+def _literal_text(node: cst.CSTNode, file: FileModel) -> str | None:
+    """A literal a comparison may test against, as one text whatever its quotes: `'fsdp'`, `-1`, `None`,
+    or a member of an imported class by its qualified name (`ShardingStrategy.NO_SHARD`)."""
+    if type(node) is cst.Attribute and type(node.value) in (cst.Name, cst.Attribute):
+        return file.qualify(node)
     if type(node) is cst.SimpleString:
         text = string_value(node)
         return repr(text) if isinstance(text, str) else None

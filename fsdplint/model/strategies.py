@@ -1,0 +1,37 @@
+"""What an FSDP1 wrap shards, read from its sharding strategy: torch knowledge beside the model."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fsdplint.model.events import Event
+
+# FSDP1 strategies that shard parameters (and so the optimizer's state) across the ranks.
+_SHARDING_STRATEGIES = frozenset({"FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"})
+_NO_SHARD = "ShardingStrategy.NO_SHARD"
+
+
+def shards_nothing(wrap: Event, at: Event | None = None) -> bool:
+    """FSDP1 with `sharding_strategy=ShardingStrategy.NO_SHARD`: whole parameters and gradients on every
+    rank, as DDP keeps them; nothing is all-gathered. With `at`, also a strategy from a variable that the
+    tests around `at` say is NO_SHARD there (SLAM-LLM: `sharding_strategy=fsdp_config.sharding_strategy`,
+    and `elif fsdp_config.sharding_strategy == ShardingStrategy.NO_SHARD: if rank == 0: save(model)`)."""
+    strategy = wrap.argument(2, "sharding_strategy")  # FullyShardedDataParallel(module, process_group, sharding_strategy, ...)
+    if strategy is None:
+        return False
+    if (wrap.file.qualify(strategy[0]) or "").endswith(_NO_SHARD):
+        return True
+    chosen = strategy[1].ref
+    return at is not None and chosen is not None and any(
+        holds and type(formula) is tuple and formula[0] == "eq" and formula[1] == chosen and formula[2].endswith(_NO_SHARD)
+        for formula, holds in at.facts)
+
+
+def certainly_shards(wrap: Event) -> bool:
+    """FSDP1 that shards the parameters: its default (FULL_SHARD) or a sharding strategy named in the
+    call; not where a variable or a `*`/`**` argument may choose NO_SHARD."""
+    if any(arg.star for arg in wrap.node.args):
+        return False
+    strategy = wrap.argument(2, "sharding_strategy")
+    return strategy is None or (wrap.file.qualify(strategy[0]) or "").rsplit(".", 1)[-1] in _SHARDING_STRATEGIES
