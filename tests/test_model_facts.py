@@ -1724,3 +1724,37 @@ def test_facts_hold_together_unless_no_truth_of_their_atoms_makes_them_all_hold(
     assert can_hold_together(((flag, True),), ((ddp, True),))  # nothing shared: each holds on its own path
     chain = tuple((("or", model.Ref(f"v{i}"), model.Ref(f"v{i + 1}")), True) for i in range(20))
     assert can_hold_together(((fsdp, True),) + chain, ((ddp, True), (model.Ref("v0"), True)))  # too many atoms to tell
+
+
+def test_a_sharding_test_of_a_module_the_flow_shards_holds_and_its_other_arm_does_not_run():
+    """physicsnemo: `if not _is_distributed_model(model): inner.load_state_dict(torch.load(path))`, where
+    `_is_distributed_model` returns True `if isinstance(model, (FSDP, FSDPModule))` and the caller shards
+    `model` first: the load does not run for it. A function that returns True on one path and falls
+    off the end on the other returns no constant. Near miss: a model the flow never shards."""
+    source = """
+    import torch
+    from torch.distributed.fsdp import fully_shard, FSDPModule
+
+    def is_distributed(model):
+        if isinstance(model, FSDPModule):
+            return True
+        return False
+
+    def maybe_true(flag):
+        if flag:
+            return True
+
+    def load(model, flag):
+        if not is_distributed(model):
+            model.load_state_dict(torch.load("w.pt"))
+        if not maybe_true(flag):
+            model.train()
+
+    def main(model, flag):
+        {shard}
+        load(model, flag)
+    """
+    sharded = flow_of(program_of(source.format(shard="fully_shard(model)")), "main")
+    assert [event.method for event in sharded.of_kind(model.METHOD)] == ["train"]
+    plain = flow_of(program_of(source.format(shard="pass")), "main")
+    assert [event.method for event in plain.of_kind(model.METHOD)] == ["load_state_dict", "train"]

@@ -109,6 +109,7 @@ class Program:
         body = function.node.body if function else file.module
         try:
             walker.walk_suite(body, ())
+            walker.finish_returns()
         except BudgetExhausted:
             self.steps_left -= flow.steps
             unknown = Flow(self, file, function)

@@ -363,6 +363,7 @@ def walk_body(walker, caller_stack: tuple[int, ...], around: Surroundings, call_
     start, loops, writes, steps, versions = len(flow.events), len(flow.loops), len(flow.writes), flow.steps, flow.versions
     attempted, consulted, walked, asked = len(flow.attempted), len(flow.consulted), len(flow.walked), len(flow.asked_sharding)
     walker.walk_suite(callee.node.body, ())
+    walker.finish_returns()
     events = flow.events[start:]
     calls = frozenset((function, depth - walker.depth) for function, depth in flow.attempted[attempted:])
     positions = {root: position for position, root in enumerate(context.roots)}

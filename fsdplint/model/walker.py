@@ -360,6 +360,8 @@ class Walker:
         elif type(node) is cst.If:
             value = self.expr(node.test, node, parents)
             truth = False if value.always_false else self.static_truth(node.test)
+            if truth is None and value.constant in _NEGATED:
+                truth = value.constant == "True"  # `if not is_distributed(model):` where the function returns True for it
             test = value.rank_test
             if value.type_test:
                 self.flow.write(Write.TYPE_TESTED, id(node))
@@ -589,12 +591,13 @@ class Walker:
             self.bind(node.target, self.expr(node.value, statement, parents), statement, parents, node.value)
         elif type(node) is cst.AugAssign:
             self.expr(node.value, statement, parents)
-        elif type(node) is cst.Return and node.value is not None:
-            value = self.expr(node.value, statement, parents)
+        elif type(node) is cst.Return:
+            value = self.expr(node.value, statement, parents) if node.value is not None else Value(constant="None")
             if self.type_tests and not value.type_test:
                 value = replace(value, type_test=True)  # `if isinstance(model, FSDP): return True`: the result says what the model is
             self.returned = _returned_on_either_path(self.returned, value) if self.returns else value
             self.returns += 1
+            self.path_ended = True  # what follows in the block does not run (Walker.finish_returns)
         elif type(node) is cst.Assert:
             test = self.expr(node.test, statement, parents)
             if test.rank_test is not None and test.rank_test.pins is not None:
@@ -863,7 +866,8 @@ class Walker:
                                                     dtypes=body.dtypes | orelse.dtypes if body.dtypes and orelse.dtypes else None)
         if type(node) is cst.UnaryOperation and type(node.operator) is cst.Not:
             operand = self.expr(node.expression, statement, parents)
-            return Value(rank_test=operand.rank_test.negated() if operand.rank_test else None, run_test=operand.run_test, type_test=operand.type_test)
+            return Value(rank_test=operand.rank_test.negated() if operand.rank_test else None, run_test=operand.run_test, type_test=operand.type_test,
+                         constant=_NEGATED.get(operand.constant))
         if type(node) in (cst.Tuple, cst.List):
             elements = tuple(self.expr(element.value, statement, parents) for element in node.elements)
             params = refs_of(elements)
@@ -1105,7 +1109,10 @@ class Walker:
         self.flow.asked_sharding.append(ref.root)
         if len(args) == 2 and all(name in FSDP_CLASSES for name in classes) and self.flow.plain_module(ref, len(self.flow.events)):
             return Value(event=event, always_false=True)
-        return Value(event=event, params_of=flowing, type_test=self.flow.sharding_of(ref, len(self.flow.events), fsdp=None) is None)
+        if self.flow.sharding_of(ref, len(self.flow.events), fsdp=None) is None:
+            return Value(event=event, params_of=flowing, type_test=True)
+        # physicsnemo's `if isinstance(model, (FSDP, FSDPModule)): return True` of the model the flow shards
+        return Value(event=event, params_of=flowing, constant="True" if all(name in FSDP_CLASSES for name in classes) else None)
 
     @staticmethod
     def attribute_taken(node: cst.Call, args: tuple[Value, ...]) -> Ref | None:
@@ -1228,6 +1235,7 @@ class Walker:
             if callee.class_name and callee.params[:1] == ["self"] and type(node.func) is cst.Attribute:
                 walker.forwarded_receiver = receiver, self.receiver_attributes(receiver, "self")
             walker.walk_suite(wrapper.node.body, ())
+            walker.finish_returns()
             return walker.returned
         # The wrapper's own call of the function it decorates continues the caller's call.
         through_wrapper = self.forwarded_to is callee
@@ -1275,6 +1283,7 @@ class Walker:
         walker.patched = self.patched
         if through_wrapper:
             walker.walk_suite(callee.node.body, ())
+            walker.finish_returns()
             return walker.returned
         around = Surroundings(chain, call_sites, walker.outer, self.rank_guards, self.contexts, self.arms, self.facts)
         returned = walk_body(walker, self.stack, around, call_id, _MAX_INLINE_DEPTH)
@@ -1282,12 +1291,21 @@ class Walker:
             raise BudgetExhausted  # a copied walk counts its steps as the walk did
         return returned
 
+    def finish_returns(self) -> None:
+        """After a function's body: where a path falls off its end past a `return`, the function may
+        return None too (`if x: return True` says nothing of what it returns where `x` fails)."""
+        if self.returns and not self.path_ended:
+            self.returned = _returned_on_either_path(self.returned, Value(constant="None"))
+
     def emit(self, kind: EventKind, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple, **fields) -> Event:
         event = Event(kind, node, self.file, statement, parents, self.chain, function=self.function, outer=self.outer,
                       rank_guards=self.rank_guards, arms=self.arms, call_sites=self.call_sites, contexts=self.contexts,
                       index=len(self.flow.events), facts=self.facts, **fields)
         self.flow.events.append(event)
         return event
+
+
+_NEGATED = {"True": "False", "False": "True"}
 
 
 def _is_test(node: cst.CSTNode) -> bool:
