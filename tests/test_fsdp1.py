@@ -180,6 +180,22 @@ def test_fp16_policy_where_the_model_is_wrapped_is_judged_by_that_codes_own_scal
     assert codes(body.replace("loss.backward()", "scaler.scale(loss).backward()"), select=["FSDP403"]) == []
 
 
+def test_an_fp16_dtype_a_parameter_defaults_to_is_known():
+    """JeffreyOlmo/e2e-natural-language-autoencoder: `def fsdp_wrap(model, dtype_param=torch.float16):
+    MixedPrecision(param_dtype=dtype_param)`, called without the argument. Near miss: the caller passes bfloat16."""
+    body = """
+    def fsdp_wrap(model, dtype_param=torch.float16):
+        mp = MixedPrecision(param_dtype=dtype_param)
+        return FSDP(model, auto_wrap_policy=ModuleWrapPolicy({{Block}}), mixed_precision=mp)
+
+    def main():
+        model = fsdp_wrap(Net(){given})
+        model(torch.randn(2, 4)).sum().backward()
+    """
+    assert codes(body.format(given=""), select=["FSDP403"]) == [(2, "FSDP403")]
+    assert codes(body.format(given=", torch.bfloat16"), select=["FSDP403"]) == []
+
+
 def test_fp16_mixed_precision_with_no_scaler_at_all():
     body = """
     fp16 = MixedPrecision(param_dtype=torch.float16)

@@ -88,7 +88,7 @@ def bound_names(statements) -> Iterator[str]:
                 yield from bound_names(statements_of(suite))
 
 
-def _default(function: cst.FunctionDef, name: str) -> cst.BaseExpression | None:
+def parameter_default(function: cst.FunctionDef, name: str) -> cst.BaseExpression | None:
     """The default of the named parameter, as written."""
     for param in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params):
         if param.name.value == name:
@@ -98,7 +98,7 @@ def _default(function: cst.FunctionDef, name: str) -> cst.BaseExpression | None:
 
 def literal_default(function: cst.FunctionDef, name: str) -> str | None:
     """"None", "True", "False" or an integer as written (`-1`) when the parameter's default is that literal."""
-    default = _default(function, name)
+    default = parameter_default(function, name)
     return default.value if type(default) is cst.Name and default.value in CONSTANTS else integer_literal(default)
 
 
@@ -111,7 +111,7 @@ def integer_literal(node: cst.CSTNode | None) -> str | None:
 
 def string_default(function: cst.FunctionDef, name: str) -> str | None:
     """The text of the parameter's default when it is a string literal (`host="localhost"`)."""
-    default = _default(function, name)
+    default = parameter_default(function, name)
     text = string_value(default) if type(default) is cst.SimpleString else None
     return text if isinstance(text, str) else None
 

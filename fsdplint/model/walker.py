@@ -66,6 +66,7 @@ from fsdplint.model.syntax import (
     isinstance_classes,
     literal_default,
     no_statements,
+    parameter_default,
     parts_that_hold,
     patched_names,
     returned_names,
@@ -1269,6 +1270,9 @@ class Walker:
                 env[name] = Value(constant=constant)
             if name not in env and defaults_apply and (text := string_default(callee.node, name)) is not None:
                 env[name] = Value(text=text)
+            default = parameter_default(callee.node, name) if name not in env and defaults_apply else None
+            if type(default) is cst.Attribute and (dtype := distributed.TORCH_DTYPES.get(callee.file.qualify(default))):
+                env[name] = Value(dtypes=frozenset({dtype}))  # `def wrap(model, dtype=torch.float16)`
             if name not in env or env[name].ref is None:
                 given = env.get(name, Value())
                 # The argument's object under the parameter's name: what it holds and what it is, not
