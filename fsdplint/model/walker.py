@@ -200,9 +200,9 @@ class Walker:
             self.facts = saved
 
     def facts_of(self, test: cst.CSTNode, truth: bool) -> tuple[Fact, ...]:
-        """What `test` having this truth says, part by part (`a and b` true: both true; `not` folded):
-        a part that names a variable of the walk (`cfg.fsdp`, `c.fsdp` where `c = train_config` of a
-        caller's `cfg`) by the object it holds, any other as its node (written out when asked)."""
+        """What `test` having this truth says, part by part (`a and b` true: both true; `not` folded),
+        each part a formula (`formula_of`): a variable of the walk (`cfg.fsdp`, `c.fsdp` where `c =
+        train_config` of a caller's `cfg`) by the object it holds, any other part as its node."""
         return tuple((self.formula_of(part), holds) for part, holds in parts_that_hold(test, truth))
 
     def formula_of(self, test: cst.CSTNode) -> tuple:
@@ -529,7 +529,6 @@ class Walker:
             return node.value
         if type(node) not in (cst.Name, cst.Attribute):
             return integer_literal(node)
-            return None
         value = self.env.get(dotted_name(node))
         return value.constant if value is not None else None
 
@@ -618,7 +617,7 @@ class Walker:
             return
         sides = [(dotted_name(side), self.env.get(dotted_name(side) or "")) for side in (test.left, test.comparisons[0].comparator)]
         scopes = [value.rank.scope if value is not None and value.rank is not None and not value.rank.formatted else None for _, value in sides]
-        if sorted(map(str, scopes)) == sorted((str(GLOBAL_RANK), str(LOCAL_RANK))):
+        if set(scopes) == {GLOBAL_RANK, LOCAL_RANK}:
             name, value = sides[scopes.index(GLOBAL_RANK)]
             self.env[name] = replace(value, rank=replace(value.rank, scope=LOCAL_RANK))
 
