@@ -132,7 +132,7 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
         if not policies:
             return
         scales = any(name.endswith("ShardedGradScaler") for file in program.files_with("ShardedGradScaler") for name in file.imports.values()) \
-            or any(_scales(flow) for flow in program.flows)
+            or any(_builds_scaler(flow) for flow in program.flows)
         trains = any(is_backward(event) for flow in program.flows for event in flow.of_kind(METHOD, CALL))
         wraps = [event for flow in program.flows for event in flow.shard_events(fsdp=1)]
         for flow in program.flows:
@@ -141,8 +141,9 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
             own = next(flow.shard_events(fsdp=1), None)
             if own is not None:  # judged by this code: does it train what it wraps, and scale its loss?
                 # (dlrover's train_fsdp.py wraps in fp16 and trains with no scaler; another script of the repository has one)
-                wrap = own if any(is_backward(event) for event in flow.of_kind(METHOD, CALL)) and not _scales(flow) \
-                    and not any(name.endswith("ShardedGradScaler") for name in flow.file.imports.values()) else None
+                scales_here = _builds_scaler(flow) or any(event.method in ("scale", "unscale_") for event in flow.of_kind(METHOD)) \
+                    or any(name.endswith("ShardedGradScaler") for name in flow.file.imports.values())
+                wrap = own if any(is_backward(event) for event in flow.of_kind(METHOD, CALL)) and not scales_here else None
             else:  # a policy built apart from any wrap (Modalities' `fpSixteen`), by the program
                 wrap = wraps[0] if wraps and trains and not scales else None
             for policy in policies[id(flow)] if wrap is not None else ():
@@ -160,12 +161,11 @@ def _fp16_policy(event) -> bool:
     return any(dtype and dtype <= _FP16 for dtype in dtypes)
 
 
-def _scales(flow) -> bool:
-    """The code builds a loss scaler, or scales with one it was given (`scaler.scale(loss)`, `scaler.unscale_(optimizer)`)."""
-    from fsdplint.model import CALL, METHOD
+def _builds_scaler(flow) -> bool:
+    """The code builds a loss scaler that scales (not `GradScaler(enabled=False)`)."""
+    from fsdplint.model import CALL
 
-    return any(event.qname in _GRAD_SCALERS and not _disabled(event) for event in flow.of_kind(CALL)) \
-        or any(event.method in ("scale", "unscale_") for event in flow.of_kind(METHOD))
+    return any(event.qname in _GRAD_SCALERS and not _disabled(event) for event in flow.of_kind(CALL))
 
 
 def _disabled(scaler) -> bool:

@@ -207,6 +207,13 @@ def test_fp16_mixed_precision_with_no_scaler_at_all():
     assert codes("from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n", body, select=["FSDP403"]) == []
     # dot-tokens-communication's evaluation script: no backward, no gradients to underflow.
     assert codes(body.replace("model(torch.randn(2, 4)).sum().backward()", "model(torch.randn(2, 4))"), select=["FSDP403"]) == []
+    # pytorch-solo-leveling: a step helper scales only `if scaler is not None`, and no scaler is ever built.
+    step = """
+    def train_step(model, loss, scaler=None):
+        if scaler is not None:
+            scaler.scale(loss).backward()
+    """
+    assert codes(body, step, select=["FSDP403"]) == [(1, "FSDP403")]
 
 
 def test_grad_scaler_fix_only_when_arguments_map_by_name():
