@@ -27,7 +27,7 @@ class Fsdp1WithoutAutoWrap(Rule):
     `nn.Sequential` of such layers, an `nn.Module` class of the checked files whose `__init__` builds
     only such layers), a model whose blocks were wrapped one by one before the root, a module taken
     from another's children and wrapped on its own (`for name, child in model.named_children():
-    FSDP(child)`: a part, not the model), `sharding_strategy=ShardingStrategy.NO_SHARD` (nothing is
+    FSDP(child)`, or by a function that calls itself on the children: a part, not the model), `sharding_strategy=ShardingStrategy.NO_SHARD` (nothing is
     all-gathered), and calls whose keyword arguments come from `**kwargs`.
 
     ## Example
@@ -75,7 +75,7 @@ class Fsdp1WithoutAutoWrap(Rule):
                 if problem is None or event.target is None or shards_nothing(event):
                     continue  # with NO_SHARD nothing is all-gathered: one unit costs nothing
                 root = event.target
-                if ANY_ELEMENT in root.path or SELF_OR_BELOW in root.path:
+                if ANY_ELEMENT in root.path or SELF_OR_BELOW in root.path or _wrapped_by_recursion(flow, event, positional[0].value):
                     continue  # one of a module's children (or its modules), wrapped on its own: a part, not the model
                 if any(t != root and t.overlaps(root) for other in wraps for t in other.targets):
                     continue  # blocks wrapped one by one, and the model around them
@@ -119,3 +119,16 @@ class Fsdp1WithoutAutoWrap(Rule):
         if "recurse" in params and not reads_name(body, "recurse") and not by_size:
             return f"with an `auto_wrap_policy` that ignores `recurse` (`{event.file.code(policy).strip()}`)"
         return None
+
+
+def _wrapped_by_recursion(flow, event, wrapped) -> bool:
+    """The wrapped module is a parameter of a function that calls itself (wdlctc/lc's `RecursiveVisit(name,
+    module, upper)`, which descends into `module.named_children()` and wraps the modules it reaches):
+    whichever module the recursion reaches, not the model as such."""
+    import libcst as cst
+
+    from fsdplint.model import CALL
+
+    function = event.function
+    return (function is not None and type(wrapped) is cst.Name and wrapped.value in function.params
+            and any(call.function is function and call.qname == function.qualname for call in flow.of_kind(CALL)))

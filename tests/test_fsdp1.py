@@ -158,6 +158,24 @@ def test_a_child_of_a_module_wrapped_on_its_own_is_a_part_not_the_model():
         whole = FSDP(Net())
     """
     assert codes(body, select=["FSDP401"]) == [(17, "FSDP401")]
+    # wdlctc/lc's `RecursiveVisit(name, module, upper)`: it descends into the children and wraps what it reaches.
+    recursive = """
+    def visit(name, module, upper):
+        if any(True for _ in module.children()):
+            for child_name, child in module.named_children():
+                visit(child_name, child, module)
+        else:
+            setattr(upper, name, FSDP(module))
+
+    def once(name, module, upper):
+        setattr(upper, name, FSDP(module))
+
+    def main():
+        model = Net()
+        visit("model", model, None)
+        once("model", Net(), None)
+    """
+    assert codes(recursive, select=["FSDP401"]) == [(9, "FSDP401")]
 
 
 def test_fp16_policy_where_the_model_is_wrapped_is_judged_by_that_codes_own_scaling():
