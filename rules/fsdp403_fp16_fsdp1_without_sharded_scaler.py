@@ -131,7 +131,7 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
         policies = {id(flow): fp16 for flow in program.flows if (fp16 := [event for event in flow.of_kind(CALL) if _fp16_policy(event)])}
         if not policies:
             return
-        scales = any(name.endswith("ShardedGradScaler") for file in program.files_with("ShardedGradScaler") for name in file.imports.values()) \
+        scales = any(_imports_sharded_scaler(file) for file in program.files_with("ShardedGradScaler")) \
             or any(_builds_scaler(flow) for flow in program.flows)
         trains = any(is_backward(event) for flow in program.flows for event in flow.of_kind(METHOD, CALL))
         wraps = [event for flow in program.flows for event in flow.shard_events(fsdp=1)]
@@ -142,7 +142,7 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
             if own is not None:  # judged by this code: does it train what it wraps, and scale its loss?
                 # (dlrover's train_fsdp.py wraps in fp16 and trains with no scaler; another script of the repository has one)
                 scales_here = _builds_scaler(flow) or any(event.method in ("scale", "unscale_") for event in flow.of_kind(METHOD)) \
-                    or any(name.endswith("ShardedGradScaler") for name in flow.file.imports.values())
+                    or _imports_sharded_scaler(flow.file)
                 wrap = own if any(is_backward(event) for event in flow.of_kind(METHOD, CALL)) and not scales_here else None
             else:  # a policy built apart from any wrap (Modalities' `fpSixteen`), by the program
                 wrap = wraps[0] if wraps and trains and not scales else None
@@ -159,6 +159,10 @@ def _fp16_policy(event) -> bool:
         return False
     dtypes = [event.kwargs[keyword].dtypes for keyword in ("param_dtype", "reduce_dtype") if keyword in event.kwargs]
     return any(dtype and dtype <= _FP16 for dtype in dtypes)
+
+
+def _imports_sharded_scaler(file) -> bool:
+    return any(name.endswith("ShardedGradScaler") for name in file.imports.values())
 
 
 def _builds_scaler(flow) -> bool:

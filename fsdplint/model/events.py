@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping
 import libcst as cst
 
 from fsdplint.model.conditions import can_hold_together, render, written
-from fsdplint.model.syntax import holds_statement, parts_that_hold
+from fsdplint.model.syntax import holds_statement, integer_literal, parts_that_hold
 from fsdplint.model.values import NO_KEYWORDS, Arms, Ref, Value
 
 if TYPE_CHECKING:
@@ -90,15 +90,12 @@ class RankGuard:
         # `local_rank is not None and local_rank not in [-1, 0]` (`torch_distributed_zero_first`): whether the
         # rank is None is the same on every rank (no process group), and there it is not 0 either: the
         # test splits the ranks as `local_rank not in [-1, 0]` does, the other ranks' `if local_rank == 0:`.
-        compared = {self._written(test.left) for test, _ in parts if _equals_literal(test)}
-        return frozenset((self._written(test), holds) for test, holds in parts if _none_test_of(test) not in compared)
+        compared = {written(test.left) for test, _ in parts if _equals_literal(test)}
+        return frozenset((written(test), holds) for test, holds in parts if _none_test_of(test) not in compared)
 
     def _folded(self, test: cst.CSTNode, holds: bool) -> tuple[str, bool]:
         test, holds = _fold(test, holds)
-        return self._written(test), holds
-
-    def _written(self, node: cst.CSTNode) -> str:
-        return " ".join(self.file.module.code_for_node(node).split())
+        return written(test), holds
 
 
 # A part of a test and its truth where an event runs: the part as a formula of what its names hold
@@ -250,15 +247,10 @@ def _is_zero_or_negatives(target: cst.ComparisonTarget) -> bool:
     """`in [-1, 0]` / `not in (-1, 0)`: of the numbers listed, 0 is the only one a rank can be."""
     if type(target.operator) not in (cst.In, cst.NotIn) or type(target.comparator) not in (cst.List, cst.Tuple, cst.Set):
         return False
-    numbers = []
-    for element in target.comparator.elements:
-        value, sign = element.value, 1
-        if type(value) is cst.UnaryOperation and type(value.operator) is cst.Minus:
-            value, sign = value.expression, -1
-        if type(value) is not cst.Integer:
-            return False
-        numbers.append(sign * int(value.value, 0))
-    return [number for number in numbers if number >= 0] == [0]
+    literals = [integer_literal(element.value) for element in target.comparator.elements]
+    if None in literals:
+        return False
+    return [number for number in (int(literal, 0) for literal in literals) if number >= 0] == [0]
 
 
 def _none_test_of(test: cst.CSTNode) -> str | None:
