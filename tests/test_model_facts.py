@@ -1683,6 +1683,53 @@ def test_an_attribute_an_object_was_constructed_with_is_the_object_the_call_gave
     assert [main.sharding_of(event.target, event.index, fsdp=1) is not None for event in uses] == [True, False, False]
 
 
+def test_a_dataclass_field_holds_the_object_its_construction_gave():
+    """JHNMACHINE/harold's own shape: `state = TrainState(model=model, step=0)` of a `@dataclass` with no
+    `__init__` of its own: the generated one stores each field. Near misses: a field `__post_init__`
+    assigns again, a dataclass asked for no `__init__`, and a plain class (no generated `__init__`)."""
+    program = program_of("""
+    import dataclasses
+    from dataclasses import dataclass, field
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    @dataclass
+    class TrainState:
+        model: object
+        optimizer: object = None
+        step: int = 0
+        history: list = field(default_factory=list)
+
+    @dataclasses.dataclass
+    class Rebuilt:
+        model: object
+        def __post_init__(self):
+            self.model = make()
+
+    @dataclass(init=False)
+    class Manual:
+        model: object
+
+    class Plain:
+        model: object
+
+    def main(net):
+        model = FSDP(net)
+        state = TrainState(model=model)
+        state.model.parameters()
+        positional = TrainState(model, None)
+        positional.model.parameters()
+        rebuilt = Rebuilt(model)
+        rebuilt.model.parameters()
+        manual = Manual(model)
+        manual.model.parameters()
+        plain = Plain(model)
+        plain.model.parameters()
+    """)
+    main = flow_of(program, "main")
+    uses = [event for event in main.events if event.kind == model.METHOD and event.method == "parameters"]
+    assert [main.sharding_of(event.target, event.index, fsdp=1) is not None for event in uses] == [True, True, False, False, False]
+
+
 def test_flags_are_read_as_what_they_were_computed_from():
     """karlstratos/minGPU: `is_ddp = is_distributed and args.dist == "ddp"`, `is_fsdp = is_distributed and
     args.dist == "fsdp"`: the wrap under `if is_fsdp:` and the state dict under `if (not is_distributed)

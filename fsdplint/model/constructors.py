@@ -11,19 +11,21 @@ self._local_rank % local_shard_num`, which differs between ranks), and assigned 
 class or its bases. A class with a base that is not a class of the run (other than `nn.Module` and
 `object`) may set anything: nothing is known of it. The literals and the rank's expressions hold in
 every method of every object of the class (`attributes_of_every_object`); a parameter's value, at the
-construction that gives it (`attributes_at`).
+construction that gives it (`attributes_at`). A `@dataclass` without an `__init__` of its own has the
+one the decorator generates: a parameter per field, in the order of the class body, each stored in
+the attribute of its name (JHNMACHINE/harold's `TrainState(model=model, ...)`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import libcst as cst
 
 from fsdplint.model.names import CONSTANTS
 from fsdplint.model.ranks import reads_rank
-from fsdplint.model.syntax import literal_default
+from fsdplint.model.syntax import integer_literal, literal_default
 from fsdplint.model.values import RANK_NUMBER, Value
 
 if TYPE_CHECKING:
@@ -31,6 +33,18 @@ if TYPE_CHECKING:
     from fsdplint.model.program import Program
 
 _PLAIN_BASES = frozenset({"torch.nn.Module", "object"})
+_DATACLASS = "dataclasses.dataclass"
+_NOT_FIELDS = frozenset({"typing.ClassVar", "dataclasses.KW_ONLY"})  # class attributes, the keyword-only marker
+_INIT_ONLY = "dataclasses.InitVar"  # a parameter of `__init__` the object does not keep
+
+
+@dataclass(frozen=True)
+class Constructor:
+    """What a construction's arguments are matched to: the parameters after `self`, in order, and
+    those whose default is a literal (`"None"`, `"True"`, `"-1"`), with it."""
+
+    params: Sequence[str]
+    literal_defaults: Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -49,7 +63,7 @@ class Stored:
         return Value(rank_derived=RANK_NUMBER) if self.varies_with_rank else None
 
 
-def stored_attributes(program: Program, file: FileModel, qualname: str, every_object: bool = False) -> tuple[FunctionInfo | None, dict[str, Stored]]:
+def stored_attributes(program: Program, file: FileModel, qualname: str, every_object: bool = False) -> tuple[Constructor | None, dict[str, Stored]]:
     """The class's constructor, and the attributes an object of the class holds when it returns, from
     the constructor's parameters, literals or the rank (see the module's docstring); with
     `every_object`, those that hold whatever the call gave (no parameter's). Cached per class."""
@@ -57,7 +71,12 @@ def stored_attributes(program: Program, file: FileModel, qualname: str, every_ob
     known = program.constructor_attributes.get(key)
     if known is None:
         init = program.method_of_class(file, qualname, "__init__")
-        known = program.constructor_attributes[key] = (init, _stored(program, file, qualname, init, every_object) if init else {})
+        if init is not None:
+            stores = _constructor_stores(program, init, depth=0)
+            constructor = Constructor(init.params[1:], {name: default for name in init.params[1:] if (default := literal_default(init.node, name)) is not None})
+        else:
+            constructor, stores = _generated_by_dataclass(program, file, qualname)
+        known = program.constructor_attributes[key] = (constructor, _stored(program, file, qualname, stores, every_object) if constructor else {})
     return known
 
 
@@ -73,10 +92,10 @@ def attributes_at(program: Program, file: FileModel, qualname: str, call: cst.Ca
     """What the object `call` constructs holds in its attributes: those of every object, and a parameter
     stored that the call gives a literal or an object of the caller (the same object), or leaves to
     its literal default. Nothing where the call spreads `*args` or `**kwargs`."""
-    init, stored = stored_attributes(program, file, qualname)
+    constructor, stored = stored_attributes(program, file, qualname)
     if not stored or any(arg.star for arg in call.args):
         return {}
-    given = dict(zip(init.params[1:], args)) | kwargs
+    given = dict(zip(constructor.params, args)) | kwargs
     known = {}
     for attribute, held in stored.items():
         if (value := held.value()) is not None:
@@ -87,13 +106,13 @@ def attributes_at(program: Program, file: FileModel, qualname: str, call: cst.Ca
                 known[attribute] = Value(constant=argument.constant)
             elif argument.ref is not None:
                 known[attribute] = argument  # the object the call gave: the caller's `model` in `Trainer(model)`
-        elif (default := literal_default(init.node, held.parameter)) is not None:
+        elif (default := constructor.literal_defaults.get(held.parameter)) is not None:
             known[attribute] = Value(constant=default)
     return known
 
 
-def _stored(program: Program, file: FileModel, qualname: str, init: FunctionInfo, every_object: bool) -> dict[str, Stored]:
-    stored, counted = _constructor_stores(program, init, depth=0)
+def _stored(program: Program, file: FileModel, qualname: str, stores: tuple[dict[str, Stored], set[int]], every_object: bool) -> dict[str, Stored]:
+    stored, counted = stores
     if every_object:
         stored = {attribute: held for attribute, held in stored.items() if held.parameter is None}
     if not stored:
@@ -116,6 +135,42 @@ def _stored(program: Program, file: FileModel, qualname: str, init: FunctionInfo
             for attribute in _self_attributes_assigned(node):
                 stored.pop(attribute, None)
     return stored
+
+
+def _generated_by_dataclass(program: Program, file: FileModel, qualname: str) -> tuple[Constructor | None, tuple[dict[str, Stored], set[int]]]:
+    """The `__init__` `@dataclass` generates for the class, and what it stores: each field, the
+    parameter of its name. None for a class that is not a dataclass, asks for no `__init__`
+    (`init=False`), or derives from a class of the run (whose fields would come first)."""
+    node = file.classes[qualname]
+    decorators = [decorator.decorator for decorator in node.decorators]
+    generates = [decorator for decorator in decorators if file.qualify(decorator.func if type(decorator) is cst.Call else decorator) == _DATACLASS]
+    if len(generates) != 1 or type(generates[0]) is cst.Call and any(
+            arg.keyword is not None and arg.keyword.value == "init" and type(arg.value) is cst.Name and arg.value.value == "False" for arg in generates[0].args):
+        return None, ({}, set())
+    if any(isinstance(entry, tuple) for entry in list(program.class_lineage(file, qualname))[1:]):
+        return None, ({}, set())
+    params: list[str] = []
+    defaults: dict[str, str] = {}
+    stored: dict[str, Stored] = {}
+    for statement in node.body.body if type(node.body) is cst.IndentedBlock else ():
+        for small in statement.body if type(statement) is cst.SimpleStatementLine else ():
+            if type(small) is not cst.AnnAssign or type(small.target) is not cst.Name:
+                continue
+            annotation = small.annotation.annotation
+            kind = file.qualify(annotation.value if type(annotation) is cst.Subscript else annotation)
+            if kind in _NOT_FIELDS:
+                continue
+            if type(small.value) is cst.Call and file.qualify(small.value.func) == "dataclasses.field":
+                if any(arg.keyword is not None and arg.keyword.value == "init" for arg in small.value.args):
+                    return None, ({}, set())  # `field(init=...)`: which parameters there are is not read here
+            name = small.target.value
+            params.append(name)
+            default = small.value.value if type(small.value) is cst.Name and small.value.value in CONSTANTS else integer_literal(small.value)
+            if default is not None:
+                defaults[name] = default
+            if kind != _INIT_ONLY:
+                stored[name] = Stored(parameter=name)
+    return Constructor(params, defaults), (stored, set())
 
 
 def _constructor_stores(program: Program, init: FunctionInfo, depth: int) -> tuple[dict[str, Stored], set[int]]:
