@@ -1091,22 +1091,26 @@ def main(cfg, model):
         assert found == (["FSDP201"] if reported else []), first
 
 
-def test_keywords_a_dict_passes_reach_the_function_not_the_calls_syntax():
-    # tiny-grpo: `fully_shard(module, **fsdp_kwargs)` with `fsdp_kwargs = {"mesh": mesh, ...}`: rules read a
-    # call's keywords from its syntax (FSDP112 asked for the `mesh=` node and failed on the dict's).
+def test_keywords_a_dict_written_out_passes_reach_the_call():
+    # tiny-grpo: `fully_shard(module, **fsdp_kwargs)` with `fsdp_kwargs = {"mesh": mesh, ...}`: the call is
+    # given `mesh`, written in the dict (FSDP112 once asked the call's syntax for the `mesh=` node and
+    # failed). A 3-D mesh is refused at each call; a 1-D one is fine.
     source = """
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 def main(model):
-    mesh = init_device_mesh("cuda", (2, 2, 2))
-    fsdp_kwargs = {"mesh": mesh, "reshard_after_forward": True}
+    mesh = init_device_mesh("cuda", {shape})
+    fsdp_kwargs = {{"mesh": mesh, "reshard_after_forward": True}}
     for layer in model.layers:
         fully_shard(layer, **fsdp_kwargs)
     fully_shard(model, **fsdp_kwargs)
 """
-    assert [d.code for d in check_source(source, "train.py")] == []
+    found = check_source(source.format(shape="(2, 2, 2)"), "train.py")
+    assert [(d.code, d.line) for d in found] == [("FSDP112", 10), ("FSDP112", 11)]
+    assert all("`mesh` is built at train.py:7" in d.message for d in found)
+    assert check_source(source.format(shape="(8,)"), "train.py") == []
 
 
 def test_a_copy_copies_an_fsdp_module_only_where_it_is_or_holds_a_unit():

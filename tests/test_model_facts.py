@@ -1208,7 +1208,7 @@ def _value_with_every_field_set() -> model.Value:
     return model.Value(
         ref=caller, params_of=frozenset({caller}), iterates=caller, iterates_self=True, event=made,
         elements=(model.Value(ref=model.Ref("y")),), visits=(model.Value(ref=model.Ref("z")),), callees=(function("f"),),
-        table=(function("g"),), entries=(("lr", model.Value(ref=model.Ref("y"))),), rank=model.Rank(model.GLOBAL_RANK), constant="True", literal="True",
+        table=(function("g"),), entries=(("lr", model.Value(ref=model.Ref("y")), object()),), rank=model.Rank(model.GLOBAL_RANK), constant="True", literal="True",
         rank_test=model.RankTest(True, True), always_false=True, element=model.Element(caller, "0", ()), each_of=caller,
         built_by="Model", rank_derived=model.RANK_NUMBER, world_size=True, run_test=True, text="cuda",
         dtypes=frozenset({"torch.float16"}), type_test=True, formula=("eq", caller, "'fsdp'"))
@@ -1380,6 +1380,35 @@ def test_a_string_built_from_the_rank_by_any_spelling_is_formatted_from_it():
     """)
     saves = [event.args[1] for event in events(flow_of(program, "main"), model.CALL) if event.qname == "torch.save"]
     assert [bool(path.rank and path.rank.formatted) for path in saves] == [True] * 6 + [False, False]
+
+
+def test_a_library_call_takes_the_keywords_of_a_dict_written_out():
+    """karlstratos/minGPU: `shared_fsdp_kwargs = dict(device_id=rank, ...)`, then `FSDP(model,
+    **shared_fsdp_kwargs)`: the wrap is given `device_id`, written in the dict (where a rule reports
+    it and a fix edits it); a keyword of the call itself wins. Near misses: the dict changed before
+    the call, and a dict the model does not know."""
+    program = program_of("""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    def main(model, rank, local_rank, options):
+        shared = dict(device_id=rank, limit_all_gathers=False)
+        FSDP(model, **shared)
+        literal = {"device_id": rank, "sync_module_states": True}
+        FSDP(model, sync_module_states=False, **literal)
+        changed = dict(device_id=rank)
+        changed["device_id"] = local_rank
+        FSDP(model, **changed)
+        FSDP(model, **options)
+    """)
+    main = flow_of(program, "main")
+    wraps = list(main.of_kind(model.WRAP))
+    given = [wrap.argument(None, "device_id") for wrap in wraps]
+    assert [type(node).__name__ if node is not None else None for node, _ in filter(None, given)] == ["Name", "Name"]
+    assert [found is not None for found in given] == [True, True, False, False]
+    file = wraps[0].file
+    assert file.code(given[0][0]) == "rank" and file.position(given[0][0]).start.line == file.position(wraps[0].node).start.line - 1
+    assert wraps[1].argument(None, "sync_module_states")[1].constant == "False"  # the call's own, written there
+    assert wraps[1].file.code(wraps[1].argument(None, "sync_module_states")[0]) == "False"
 
 
 def test_a_dict_written_out_passes_its_entries_as_keywords():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import itertools
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Iterator, Mapping
 
 import libcst as cst
@@ -98,6 +99,8 @@ class RankGuard:
         return written(test), holds
 
 
+NO_SPREAD: Mapping[str, cst.CSTNode] = MappingProxyType({})  # a call that takes no keywords from a dict written out (most)
+
 # A part of a test and its truth where an event runs: the part as a formula of what its names hold
 # (see conditions: `cfg.fsdp` of a variable of the walk, whatever the name it is reached by).
 Fact = tuple[tuple, bool]
@@ -134,12 +137,16 @@ class Event:
     # What holds where it runs, across inlined calls: the tests of the `if`s around it, and of the
     # `assert`s and the `if`s that leave the block before it (Walker.facts_of).
     facts: tuple[Fact, ...] = ()
+    # The keywords a call takes from a dict written out (`FSDP(model, **kwargs)`, `kwargs = dict(device_id=rank)`):
+    # each one's expression in the dict. Their values are in `kwargs`.
+    spread: Mapping[str, cst.CSTNode] = field(default_factory=lambda: NO_SPREAD)
 
     def argument_values(self) -> tuple[list[tuple[cst.CSTNode, Value]], dict[str, tuple[cst.CSTNode, Value]]]:
         """A call event's positional arguments and its keyword arguments, each node with its value."""
         positional = [arg.value for arg in self.node.args if arg.keyword is None and not arg.star]
-        keywords = {arg.keyword.value: (arg.value, self.kwargs[arg.keyword.value]) for arg in self.node.args
-                    if arg.keyword is not None and arg.keyword.value in self.kwargs}
+        keywords = {key: (written, self.kwargs[key]) for key, written in self.spread.items()}
+        keywords.update({arg.keyword.value: (arg.value, self.kwargs[arg.keyword.value]) for arg in self.node.args
+                         if arg.keyword is not None and arg.keyword.value in self.kwargs})
         return list(zip(positional, self.args)), keywords
 
     def argument(self, position: int | None, keyword: str) -> tuple[cst.CSTNode, Value] | None:

@@ -131,7 +131,7 @@ class _Shaper:
                 given.constant, given.literal, given.rank_test, given.always_false,
                 (ref(element.container), element.index, element.arms) if element else None, ref(given.each_of), given.built_by,
                 given.rank_derived, given.world_size, given.text, given.run_test,
-                None if given.entries is None else tuple((key, self.value(entry)) for key, entry in given.entries), given.dtypes, given.type_test,
+                None if given.entries is None else tuple((key, self.value(entry), id(node)) for key, entry, node in given.entries), given.dtypes, given.type_test,
                 conditions.shape(given.formula, ref))
 
 
@@ -292,7 +292,7 @@ class Copier:
                      self.arms(event.arms), self.rebase("call_sites", event.call_sites, around.call_sites, self.around.call_sites, _same),
                      self.rebase("contexts", event.contexts, around.contexts, self.around.contexts, self.event),
                      value(event.value), event.variable, event.only_if_unset,
-                     self.rebase("facts", event.facts, around.facts, self.around.facts, self.fact))
+                     self.rebase("facts", event.facts, around.facts, self.around.facts, self.fact), event.spread)
         self.events[id(event)] = copy
         return copy
 
@@ -311,7 +311,7 @@ class Copier:
                      table=value.table, rank=value.rank, constant=value.constant, literal=value.literal, rank_test=value.rank_test,
                      always_false=value.always_false, each_of=self.ref(value.each_of), built_by=value.built_by, rank_derived=value.rank_derived,
                      world_size=value.world_size, text=value.text, run_test=value.run_test, dtypes=value.dtypes, type_test=value.type_test,
-                     entries=None if value.entries is None else tuple((key, self.value(entry)) for key, entry in value.entries),
+                     entries=None if value.entries is None else tuple((key, self.value(entry), node) for key, entry, node in value.entries),
                      formula=None if value.formula is None else conditions.mapped(value.formula, self.ref),
                      element=Element(self.ref(element.container), element.index, self.arms(element.arms) if element.arms else ()) if element else None)
         self.values[id(value)] = copy

@@ -8,6 +8,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 if TYPE_CHECKING:
+    import libcst as cst
+
     from fsdplint.model.events import Event
     from fsdplint.model.files import FunctionInfo
 
@@ -141,8 +143,8 @@ class Value:
     callees: tuple[FunctionInfo, ...] = ()  # calling the value calls one of these functions of the run
     table: tuple[FunctionInfo, ...] = ()  # a dispatch table: a dict whose values are these functions
     # A dict with string keys, written out (`{"lr": 1e-3}`, `dict(lr=1e-3)`) and not changed since: its
-    # entries in order, which `f(**d)` passes as keywords.
-    entries: tuple[tuple[str, Value], ...] | None = None
+    # entries in order, which `f(**d)` passes as keywords, each with the expression written for it.
+    entries: tuple[tuple[str, Value, cst.CSTNode], ...] | None = None
     rank: Rank | None = None  # the value is (or formats) the process's rank
     constant: str | None = None  # "None", "True" or "False": a literal passed for a parameter
     literal: str | None = None  # the literal this binding of a name was given, even where `constant` is not trusted

@@ -6,12 +6,14 @@ import dataclasses
 import operator
 from contextlib import contextmanager
 from dataclasses import replace
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
 
 import libcst as cst
 
 from fsdplint import distributed
 from fsdplint.model.events import (
+    NO_SPREAD,
     ASSIGN,
     CALL,
     CALL_VALUE,
@@ -896,7 +898,8 @@ class Walker:
             keys, entries = parts[0::2], parts[1::2]  # keys and values alternate
             table = tuple(entry.callees[0] for entry in entries) if all(len(entry.callees) == 1 for entry in entries) else ()
             named = all(key.text is not None and UNKNOWN_PART not in key.text for key in keys)
-            return Value(params_of=params, table=table, entries=tuple((key.text, entry) for key, entry in zip(keys, entries)) if named else None)
+            return Value(params_of=params, table=table, entries=tuple((key.text, entry, element.value) for key, entry, element in zip(keys, entries, node.elements))
+                         if named else None)
         return Value(params_of=params)
 
     def comparison(self, node: cst.Comparison, statement: cst.CSTNode, parents: tuple) -> Value:
@@ -973,10 +976,13 @@ class Walker:
         args = tuple(self.expr(arg.value, statement, parents) for arg in node.args if arg.keyword is None and not arg.star)
         kwargs = {arg.keyword.value: self.expr(arg.value, statement, parents) for arg in node.args if arg.keyword is not None} or NO_KEYWORDS
         spread = [self.expr(arg.value, statement, parents) for arg in node.args if arg.star == "**"]
-        # `f(**config)` of a dict written out: the keywords it gives the function called (not the call's
-        # own, which events and rules read from its syntax), and every argument is known.
-        self.spread = (node, {key: entry for value in spread for key, entry in value.entries}) \
-            if all(arg.star != "*" for arg in node.args) and all(value.entries is not None for value in spread) else None
+        # `f(**config)` of a dict written out: the keywords it gives the function called, each with the
+        # expression written in the dict (what its events show as the argument), and every argument is known.
+        known = all(arg.star != "*" for arg in node.args) and all(value.entries is not None for value in spread)
+        spread_entries = [entry for value in spread for entry in value.entries] if known else None
+        self.spread = (node, {key: entry for key, entry, _ in spread_entries}) if known else None
+        if spread_entries:
+            kwargs = {key: entry for key, entry, _ in spread_entries} | kwargs
         for arg in node.args:
             if not arg.star:
                 self.forget_entries(arg.value)  # a function given the dict may change it
@@ -984,7 +990,8 @@ class Walker:
         qname = self.file.qualify(func)
         if qname is not None and qname.rsplit(".", 1)[-1] in self.patched:
             qname = None  # a test replaced it (`monkeypatch.setattr(mod, "fully_shard", fake)`): a call of unknown code
-        common = dict(statement=statement, parents=parents, qname=qname, args=args, kwargs=kwargs, with_item=with_item)
+        common = dict(statement=statement, parents=parents, qname=qname, args=args, kwargs=kwargs, with_item=with_item,
+                      spread=MappingProxyType({key: written for key, _, written in spread_entries}) if spread_entries else NO_SPREAD)
 
         if qname == FULLY_SHARD:
             module = args[0] if args else kwargs.get("module", Value())
@@ -1006,7 +1013,7 @@ class Walker:
                       only_if_unset=qname == "os.environ.setdefault", **common)
             return Value(params_of=flowing)
         if qname is None and type(func) is cst.Name and func.value == "dict" and not args and all(arg.keyword is not None for arg in node.args):
-            return Value(params_of=flowing, entries=tuple(kwargs.items()))  # `dict(lr=1e-3, epochs=1)`
+            return Value(params_of=flowing, entries=tuple((arg.keyword.value, kwargs[arg.keyword.value], arg.value) for arg in node.args))  # `dict(lr=1e-3, epochs=1)`
         if qname in _BUILDS_PATHS or qname is None and (type(func) is cst.Name and func.value == "str" or type(func) is cst.Attribute
                                                          and func.attr.value == "format" and receiver.text is not None):
             # `os.path.join(root, f"{rank}.pt")`, `"shard_{}.pt".format(rank)`, `str(rank)`: a string formatted from the rank
@@ -1416,10 +1423,10 @@ def _integer(literal: str | None) -> int | None:
 def _dtypes_taken(table: Value, key: str | None) -> frozenset[str] | None:
     """The dtypes an entry of a dict written out may be (`{"fp16": torch.float16, ...}[name]`): the one
     of `key` when the key is known, else those of every entry, when each entry is a dtype."""
-    if not table.entries or not all(entry.dtypes for _, entry in table.entries):
+    if not table.entries or not all(entry.dtypes for _, entry, _ in table.entries):
         return None
-    chosen = [entry.dtypes for name, entry in table.entries if name == key] if key is not None else []
-    return chosen[-1] if chosen else frozenset().union(*(entry.dtypes for _, entry in table.entries))
+    chosen = [entry.dtypes for name, entry, _ in table.entries if name == key] if key is not None else []
+    return chosen[-1] if chosen else frozenset().union(*(entry.dtypes for _, entry, _ in table.entries))
 
 
 def _never_equal(left: Value, right: Value) -> bool:
