@@ -25,9 +25,11 @@ class NoDevicePerProcess(Rule):
     that set `CUDA_VISIBLE_DEVICES` per process, assert that they run one process per node
     (`assert os.environ["LOCAL_RANK"] == "0"`), call a helper of their own that names a device
     (`get_device(...)`), run a single process (`world_size=1`), or use gloo are not reported; nor is a
-    script that does nothing with the group but ask its rank and size and destroy it (NCCL builds
-    its communicators, and finds the duplicate GPU, at the first collective), nor a test module
-    (`test_*.py`), whose test functions pytest runs and may choose the device.
+    script that, after the initialization, neither reaches a collective, nor shards or wraps a
+    module (FSDP, DDP), nor places work on a GPU (`.cuda()`, `.to(device)`, `torch.device("cuda")`):
+    NCCL builds its communicators, and finds the duplicate GPU, at the first collective, and code
+    fsdplint cannot see may exchange through a channel of its own (determined's examples); nor a
+    test module (`test_*.py`), whose test functions pytest runs and may choose the device.
 
     ## Example
     ```python
@@ -84,23 +86,33 @@ class NoDevicePerProcess(Rule):
 
 
 def _group_used_after(flow, init) -> bool:
-    """After the initialization, on its path, the script does something that may use the group: any
-    call but the group's queries and teardown, builtins and reporting (ChatLearn's rendezvous check,
-    `init_process_group("nccl")` then `destroy_process_group()`, builds no communicator and fails on
-    no GPU)."""
-    from fsdplint.model import ASSIGN, CALL, ENTER, METHOD, SET_ENV
-    from fsdplint.model.names import BUILTINS
+    """After the initialization, on its path, the script uses the group or a GPU: a collective, a
+    module sharded or wrapped (FSDP, DDP), or work placed on a device that is not the CPU
+    (`model.cuda()`, `.to(device)`, `torch.device("cuda")`). Code fsdplint cannot see and work on the
+    CPU say nothing of it: determined's examples start NCCL only to read the rank and exchange
+    through a channel of their own; ChatLearn's rendezvous check starts the group and destroys it."""
+    from fsdplint.model import CALL, SHARD, WRAP
 
     for event in flow.events[init.index + 1:]:
-        if event.kind in (ENTER, ASSIGN, SET_ENV) or event.excludes(init):
+        if event.excludes(init):
             continue
-        if event.kind == CALL and event.qname and (event.qname in BUILTINS or distributed.is_group_bookkeeping(event.qname)
-                                                   or distributed.runs_known_code(event.qname, None)):
-            continue
-        if event.kind == METHOD and event.method in distributed.REPORTING_METHODS:
-            continue
-        return True
+        if event.kind in (SHARD, WRAP) or event.kind == CALL and event.qname in distributed.DATA_PARALLEL_WRAPPERS \
+                or flow.collective(event) or _places_on_a_device(event):
+            return True
     return False
+
+
+def _places_on_a_device(event) -> bool:
+    """`x.cuda()`, or a device argument (`.to(device)`, `torch.device(...)`, `device=`) that is not
+    known to name the CPU or the meta device (a dtype given to `.to` is none)."""
+    import libcst as cst
+
+    from fsdplint.rulekit import device_arguments
+
+    func = getattr(event.node, "func", None)
+    if type(func) is cst.Attribute and func.attr.value == "cuda" and not distributed.is_torch_name(event.qname or ""):
+        return True  # `model.cuda()`, and `Net().cuda()`, a call the model could not resolve
+    return any(not value.dtypes and not (value.text or "").startswith(("cpu", "meta")) for _, value in device_arguments(event))
 
 
 def _builds_setup_object(flow) -> bool:

@@ -468,14 +468,53 @@ def test_a_device_chosen_per_process(before, backend, after, expected):
     ("", []),
     ("print(dist.get_rank(), dist.get_world_size())\nlogging.info('ready')\n", []),
     ("dist.barrier()\n", [(4, "FSDP301")]),
-    ("run(args)\n", [(4, "FSDP301")]),  # code the model cannot see may use the group
-    ("x = torch.ones(1)\n", [(4, "FSDP301")]),
+    ("run(args)\n", []),  # code the model cannot see: whether it uses the group is not known
+    ("x = torch.ones(1)\n", []),  # work on the CPU
+    ("x = torch.ones(1).cuda()\n", [(4, "FSDP301")]),
+    ("x = torch.ones(1, device=device)\n", [(4, "FSDP301")]),
+    ("x = torch.ones(1, device='cpu').to(torch.float16)\n", []),
+    ("model = torch.nn.parallel.DistributedDataParallel(model)\n", [(4, "FSDP301")]),
 ])
 def test_a_group_the_script_never_uses_builds_no_communicator(between, expected):
     """ChatLearn's rendezvous check: `init_process_group("nccl")` then `destroy_process_group()`
-    builds no NCCL communicator, so no duplicate GPU is found; any other work after the init counts."""
+    builds no NCCL communicator, so no duplicate GPU is found. A collective, a wrap, or work placed
+    on a GPU after the init counts; code fsdplint cannot see and work on the CPU do not."""
     assert codes(f"import logging\nimport torch\nimport torch.distributed as dist\ndist.init_process_group('nccl')\n{between}"
                  "dist.destroy_process_group()\n") == expected
+
+
+def test_a_group_started_only_for_a_framework_that_exchanges_through_its_own_channel():
+    """determined-examples' core_api_inference.py: NCCL is started so that determined can read the
+    ranks; the model and data stay on the CPU and the ranks exchange through determined's own
+    channel (`context.distributed.allgather`). The same script placing its model on a GPU is reported."""
+    source = textwrap.dedent("""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from determined import core
+
+    def initialize_distributed_backend():
+        if torch.cuda.is_available():
+            dist.init_process_group(backend="nccl")
+            return core.DistributedContext.from_torch_distributed()
+        dist.init_process_group(backend="gloo")
+        return core.DistributedContext.from_torch_distributed()
+
+    def main(context):
+        data = torch.randn(4, 8)
+        n = max(context.distributed.allgather(len(data)))
+        model = nn.Linear(8, 2){placed}
+        with torch.no_grad():
+            context.distributed.gather(model(data[:n]).shape[0])
+
+    if __name__ == "__main__":
+        distributed = initialize_distributed_backend()
+        with core.init(distributed=distributed) as core_context:
+            main(core_context)
+        dist.destroy_process_group()
+    """)
+    assert codes(source.format(placed="")) == []
+    assert codes(source.format(placed=".cuda()")) == [(9, "FSDP301")]
 
 
 def test_a_process_that_serves_forever_after_its_init_is_stopped_not_torn_down():
@@ -528,6 +567,7 @@ def test_a_test_module_that_runs_its_tests_in_process_may_choose_the_device_ther
 
     if __name__ == "__main__":
         torch.distributed.init_process_group("nccl")
+        torch.distributed.barrier()
         pytest.main([__file__])
     """)
     assert [d.code for d in check_source(source, "test_reporting.py", select=["FSDP301"])] == []
@@ -554,6 +594,7 @@ def test_a_constructor_of_the_scripts_own_classes_may_choose_the_device(bases, e
 
     dist.init_process_group("nccl")
     Evaluator(cfg).run()
+    dist.barrier()
     dist.destroy_process_group()
     """) == expected
 

@@ -687,8 +687,11 @@ def test_a_function_that_dispatches_through_the_modules_table():
         main()
     """
     assert codes(source.format(device='torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))'), select=["FSDP301"]) == []
-    # A table the module binds twice is not known: nothing is seen to choose the device.
-    assert codes(source.format(device="pass").replace("\n    def main", "\n    REGISTRY = {}\n    def main"), select=["FSDP301"]) == [(18, "FSDP301")]
+    # A table the module binds twice is not known: nothing is seen to choose the device, nor to use
+    # the group, until `main`'s own barrier.
+    unknown = source.format(device="pass").replace("\n    def main", "\n    REGISTRY = {}\n    def main")
+    assert codes(unknown, select=["FSDP301"]) == []
+    assert codes(unknown.replace('REGISTRY[os.environ["TEST"]]()', 'REGISTRY[os.environ["TEST"]]()\n            dist.barrier()'), select=["FSDP301"]) == [(18, "FSDP301")]
 
 
 def test_a_rank_test_through_an_object_is_a_guard():
