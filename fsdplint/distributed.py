@@ -16,8 +16,10 @@ import re
 FSDP_TOKENS = ("fully_shard", "FullyShardedDataParallel")
 DISTRIBUTED_MARKERS = ("torch.distributed", "from torch import distributed", *FSDP_TOKENS, "RANK", "SLURM_PROCID", "local_rank")
 
-# torch.distributed functions that return the module they are given, changed in place.
+# Functions that return the module they are given, changed in place, or a wrapper that runs it and
+# holds its parameters, whose attributes are the module's (`torch.compile`'s OptimizedModule).
 RETURNS_ITS_MODULE = frozenset({
+    "torch.compile",
     "torch.distributed.tensor.parallel.parallelize_module",
     "torch.distributed._composable.replicate",
     "torch.distributed._composable.replicate.replicate",
