@@ -91,13 +91,13 @@ def _group_used_after(flow, init) -> bool:
     (`model.cuda()`, `.to(device)`, `torch.device("cuda")`). Code fsdplint cannot see and work on the
     CPU say nothing of it: determined's examples start NCCL only to read the rank and exchange
     through a channel of their own; ChatLearn's rendezvous check starts the group and destroys it."""
-    from fsdplint.model import CALL, SHARD, WRAP
+    from fsdplint.model import CALL, METHOD, SHARD, WRAP
 
     for event in flow.events[init.index + 1:]:
         if event.excludes(init):
             continue
         if event.kind in (SHARD, WRAP) or event.kind == CALL and event.qname in distributed.DATA_PARALLEL_WRAPPERS \
-                or flow.collective(event) or _places_on_a_device(event):
+                or flow.collective(event) or event.kind in (CALL, METHOD) and _places_on_a_device(event):
             return True
     return False
 

@@ -474,6 +474,7 @@ def test_a_device_chosen_per_process(before, backend, after, expected):
     ("x = torch.ones(1, device=device)\n", [(4, "FSDP301")]),
     ("x = torch.ones(1, device='cpu').to(torch.float16)\n", []),
     ("model = torch.nn.parallel.DistributedDataParallel(model)\n", [(4, "FSDP301")]),
+    ("model.head = head\nconfig['rank'] = dist.get_rank()\n", []),  # assignments: no call
 ])
 def test_a_group_the_script_never_uses_builds_no_communicator(between, expected):
     """ChatLearn's rendezvous check: `init_process_group("nccl")` then `destroy_process_group()`
