@@ -52,18 +52,12 @@ class ForwardBypassesHooks(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.fixes import Fix, Replace
-        from fsdplint.model import CALL, METHOD, Managed
+        from fsdplint.model import METHOD, Managed
         from fsdplint.rulekit import at, calls, code, via, where
 
         for flow in program.flows:
-            registered = {
-                (event.args[0].ref, event.node.args[1].value.evaluated_value)
-                for event in flow.of_kind(CALL)
-                if (event.qname or "").endswith("register_fsdp_forward_method") and len(event.node.args) >= 2
-                and event.args and hasattr(event.node.args[1].value, "evaluated_value")
-            }
             for event in flow.of_kind(METHOD):
-                if event.method != "forward" or (event.target, event.method) in registered:
+                if event.method != "forward" or flow.runs_hooks(event.target, event.method):
                     continue
                 # Hooks are a unit's own: a part of a sharded module that no `fully_shard` was given has
                 # none to skip (its parameters are gathered by its unit's, around the unit's forward).

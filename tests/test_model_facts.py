@@ -1786,6 +1786,33 @@ def test_a_compiled_module_is_the_module_it_runs():
     assert [main.sharding_of(event.target, event.index, fsdp=1) is not None for event in uses] == [True, True, False]
 
 
+def test_a_forward_method_a_class_registers_in_one_method_runs_hooks_in_the_others():
+    """allenai/olmoearth_pretrain: `apply_fsdp` shards `self.patch_embeddings` and registers its
+    `forward` (`register_fsdp_forward_method`); `forward`, another method nothing in the run calls
+    after it, calls `self.patch_embeddings.forward(...)`, which runs the hooks. Near misses: another
+    attribute, another method, a local module."""
+    program = program_of("""
+    import torch.nn as nn
+    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+
+    class Encoder(nn.Module):
+        def forward(self, x, net):
+            self.patch_embeddings.forward(x)
+            self.head.forward(x)
+            self.patch_embeddings.encode(x)
+            net.forward(x)
+
+        def apply_fsdp(self):
+            fully_shard(self.patch_embeddings)
+            register_fsdp_forward_method(self.patch_embeddings, "forward")
+            fully_shard(self.head)
+            fully_shard(self)
+    """)
+    forward = flow_of(program, "Encoder.forward")
+    calls = [event for event in forward.events if event.kind == model.METHOD]
+    assert [forward.runs_hooks(event.target, event.method) for event in calls] == [True, False, False, False]
+
+
 def test_flags_are_read_as_what_they_were_computed_from():
     """karlstratos/minGPU: `is_ddp = is_distributed and args.dist == "ddp"`, `is_fsdp = is_distributed and
     args.dist == "fsdp"`: the wrap under `if is_fsdp:` and the state dict under `if (not is_distributed)

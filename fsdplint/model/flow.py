@@ -217,6 +217,23 @@ class Flow:
             return None
         return managing[-1] if managing else None
 
+    def forward_methods_registered(self) -> set[tuple[Ref, str]]:
+        """The methods this flow makes run FSDP2's hooks, each with its module:
+        `register_fsdp_forward_method(module, "generate")`."""
+        return {(event.args[0].ref, name) for event in self.of_kind(CALL)
+                if (event.qname or "").endswith("register_fsdp_forward_method") and len(event.node.args) >= 2 and event.args
+                and event.args[0].ref is not None and isinstance(name := string_value(event.node.args[1].value), str)}
+
+    def runs_hooks(self, ref: Ref, method: str) -> bool:
+        """`ref.method(...)` runs FSDP2's hooks: the method is registered for the module in this flow, or,
+        for `self.x` in a method, in any method of its class (olmoearth's `apply_fsdp` shards
+        `self.patch_embeddings` and registers its `forward`, which `forward` calls), as a class's shards
+        on `self` are known to its methods."""
+        if (ref, method) in self.forward_methods_registered():
+            return True
+        return ref.root == "self" and self.function is not None and self.function.class_name is not None \
+            and (ref, method) in self.program.class_registrations.get((self.file.module_name, self.function.class_name), ())
+
     def isinstance_known(self, event: Event, ref: Ref, classes: tuple[str, ...], attributes: tuple[str, ...] = ()) -> bool | None:
         """Whether `ref` (or a module holding it) is an instance of one of `classes` (qualified names)
         where `event` runs, as the `if isinstance(...)` tests around it say, or, with `attributes`, as

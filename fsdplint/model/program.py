@@ -55,6 +55,7 @@ class Program:
         # sharded in attributes of `self`, for its other methods: known once every flow is built (a walk
         # that asks before, `isinstance(self.model, FSDPModule)`, finds none).
         self.class_shards: dict[tuple[str, str], list[Event]] = {}
+        self.class_registrations: dict[tuple[str, str], set[tuple[Ref, str]]] = {}  # ... and the forward methods it registers on `self.x`
         self.constructor_attributes: dict[tuple[int, str, bool], tuple] = {}  # constructors.stored_attributes, by class and purpose
         for file in self.files:
             self._index(file)
@@ -97,6 +98,9 @@ class Program:
                         self.class_shards.setdefault(key, []).append(event)
                 if flow.function.name == "__init__":
                     self.class_shards.setdefault(key, []).extend(_kept_in_attributes(flow))
+                registered = {(ref, name) for ref, name in flow.forward_methods_registered() if ref.root == "self"}
+                if registered:
+                    self.class_registrations.setdefault(key, set()).update(registered)
         self._flows_by_function = {id(flow.function.node): flow for flow in self.flows if flow.function is not None}
 
     def _build_flow(self, file: FileModel, function: FunctionInfo | None) -> Flow:
@@ -140,6 +144,7 @@ class Program:
         self.flows = []
         self._flows_by_function = {}
         self.class_shards = {}
+        self.class_registrations = {}
         self.constructor_attributes = {}
         self.summaries.clear()
         self._functions_by_name = {}
