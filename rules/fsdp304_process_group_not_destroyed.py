@@ -23,8 +23,8 @@ class ProcessGroupNotDestroyed(Rule):
 
     A group whose backend is known to be `"gloo"` (written in the call, or in a name assigned it once)
     is not reported: gloo exits silently. Nor is a process that serves forever after it (a `while
-    True:` loop nothing leaves normally, at the top level of the function that initializes the group
-    or of the script's): it is stopped, never torn down.
+    True:` loop nothing leaves normally, reached on every path past the initialization, in the
+    script's own code or in a function it calls): it is stopped, never torn down.
 
     The script is a file's top level (what runs when it is launched, `main()` under
     `if __name__ == "__main__":` included) or a function handed to `torch.multiprocessing.spawn`.
@@ -72,29 +72,12 @@ class ProcessGroupNotDestroyed(Rule):
             if init is None or (backend is not None and "nccl" not in backend):
                 continue  # a gloo group left to the interpreter exits silently
             later = flow.events[init.index + 1:]
-            if any(_destroys(program, flow, event) for event in later) or _serves_forever_after(flow, init):
+            if any(_destroys(program, flow, event) for event in later) or flow.runs_forever_after(init):
                 continue
             yield Finding(init.file, init.node,
                           f"the process group initialized here is never destroyed{via(init)}: it lives until the "
                           f"interpreter's teardown, where NCCL's communicators are aborted, not shut down, and exit "
                           f"can hang; call `dist.destroy_process_group()` when the script ends", related=calls(flow, init))
-
-
-def _serves_forever_after(flow, init) -> bool:
-    """After the init, the function that holds it or the flow's own function reaches, at the top level
-    of its body, a loop nothing leaves (`while True:` serving requests, LLaMA2-Accessory's and
-    chameleon's model workers): the process never gets to its end, and is stopped, not torn down."""
-    from fsdplint.model.syntax import runs_forever, statements_of
-
-    levels = [(init.function.node.body if init.function else init.file.module, (*init.parents, init.statement)[0])]
-    if init.outer:
-        levels.append((flow.function.node.body if flow.function else flow.file.module, init.outer[0]))
-    for body, holder in levels:
-        statements = statements_of(body)
-        position = next((index for index, statement in enumerate(statements) if statement is holder), None)
-        if position is not None and any(runs_forever(statement) for statement in statements[position + 1:]):
-            return True
-    return False
 
 
 def _destroys(program, flow, event) -> bool:

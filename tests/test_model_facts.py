@@ -1813,6 +1813,57 @@ def test_a_forward_method_a_class_registers_in_one_method_runs_hooks_in_the_othe
     assert [forward.runs_hooks(event.target, event.method) for event in calls] == [True, False, False, False]
 
 
+def test_a_process_that_enters_a_loop_nothing_leaves_never_reaches_its_end():
+    """NVlabs/rcm's build_synthetic_dataset.py: `main` starts the group in `init()` and ends with
+    `barrier()`, a helper that is `while True: time.sleep(interval)`. Near misses: the helper called
+    under an `if`, a loop with a `break`, and a loop the helper enters only under an `if`."""
+    program = program_of("""
+    import time
+    import torch.distributed as dist
+
+    def init():
+        if dist.is_available():
+            dist.init_process_group("nccl")
+
+    def barrier(interval=1):
+        while True:
+            time.sleep(interval)
+
+    def maybe_barrier(wait):
+        if wait:
+            while True:
+                time.sleep(1)
+
+    def until_done():
+        while True:
+            if time.time() > 0:
+                break
+
+    def forever():
+        init()
+        print("done")
+        barrier()
+
+    def sometimes(args):
+        init()
+        if args.wait:
+            barrier()
+
+    def leaves():
+        init()
+        until_done()
+
+    def inner_if(args):
+        init()
+        maybe_barrier(args.wait)
+    """)
+    def result(name):
+        flow = flow_of(program, name)
+        [init] = [event for event in flow.events if event.qname == "torch.distributed.init_process_group"]
+        return flow.runs_forever_after(init)
+    assert [result(name) for name in ("forever", "sometimes", "leaves", "inner_if")] == [True, False, False, False]
+
+
 def test_flags_are_read_as_what_they_were_computed_from():
     """karlstratos/minGPU: `is_ddp = is_distributed and args.dist == "ddp"`, `is_fsdp = is_distributed and
     args.dist == "fsdp"`: the wrap under `if is_fsdp:` and the state dict under `if (not is_distributed)

@@ -22,7 +22,7 @@ from fsdplint.model.events import (
 )
 from fsdplint.model.names import BUILTINS
 from fsdplint.model.strategies import shards_nothing
-from fsdplint.model.syntax import isinstance_classes, parts_that_hold, string_value
+from fsdplint.model.syntax import holds_statement, isinstance_classes, parts_that_hold, runs_forever, string_value
 from fsdplint.model.values import RankScope, Ref, Value
 
 if TYPE_CHECKING:
@@ -217,6 +217,23 @@ class Flow:
             return None
         return managing[-1] if managing else None
 
+    def runs_forever_after(self, event: Event) -> bool:
+        """On every path past `event`, the process enters a loop nothing leaves (`while True:` serving
+        requests, LLaMA2-Accessory's model workers; a helper's `while True: time.sleep(...)`, NVlabs/rcm's
+        `barrier()`): it never reaches its end, and is stopped, not torn down. The loop is in no arm
+        apart from the event, and every statement that leads from their common block to it runs
+        whenever reached: a call's statement, a `with`, a `try`'s body."""
+        path = (*event.outer, *event.parents, event.statement)
+        for loop in self.loops:
+            if loop.first <= event.index or loop.end == loop.first or not runs_forever(loop.node) \
+                    or event.exclusive(self.events[loop.first]):
+                continue
+            own = (*loop.around, loop.node)
+            shared = next((depth for depth, (mine, theirs) in enumerate(zip(path, own)) if mine is not theirs), min(len(path), len(own)))
+            if all(_always_enters(outer, inner) for outer, inner in zip(own[shared:], own[shared + 1:])):
+                return True
+        return False
+
     def forward_methods_registered(self) -> set[tuple[Ref, str]]:
         """The methods this flow makes run FSDP2's hooks, each with its module:
         `register_fsdp_forward_method(module, "generate")`."""
@@ -392,3 +409,10 @@ class Flow:
         chosen = chosen or [e for e in self.events[:event.index] if (e.qname or e.method or "").endswith("set_state_dict_type")]
         return not chosen or "FULL_STATE_DICT" in chosen[-1].file.code(chosen[-1].node)
 
+
+def _always_enters(statement: cst.CSTNode, inner: cst.CSTNode) -> bool:
+    """Reaching `statement` runs `inner`, the next statement on a path down from it: the body of a
+    `with` or of a `try`, or the body of the function a simple statement calls."""
+    if type(statement) in (cst.SimpleStatementLine, cst.With):
+        return True
+    return type(statement) in (cst.Try, cst.TryStar) and holds_statement(statement.body, inner)
