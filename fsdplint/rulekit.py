@@ -174,6 +174,7 @@ def statement_after_loops(events: list[Event]) -> cst.CSTNode | None:
 # Calls every argument of which names a device or a device index.
 DEVICE_CALLS = frozenset({
     "torch.cuda.set_device", "torch.accelerator.set_device_index", "torch.cuda.device", "torch.accelerator.device_index", "torch.device",
+    "torch.set_default_device",  # where tensors made without a device go, and the collectives on them
 })
 _DEVICE_METHODS = frozenset({"cuda", "to"})  # their first argument names a device
 _DEVICE_KEYWORDS = frozenset({"device", "device_id", "device_ids"})  # of any call

@@ -12,7 +12,8 @@ class NoDevicePerProcess(Rule):
     Finds `init_process_group("nccl")` in a script that never chooses a GPU for its process: no
     `torch.cuda.set_device(local_rank)`, `torch.accelerator.set_device_index`, `device_id=`,
     `init_device_mesh`, accelerate's `Accelerator()` (which sets the device itself), or device built
-    from a rank (`torch.device("cuda", local_rank)`, `model.cuda(local_rank)`).
+    from a rank (`torch.device("cuda", local_rank)`, `model.cuda(local_rank)`,
+    `torch.set_default_device(f"cuda:{local_rank}")`).
 
     ## Why is this bad?
     Every process starts on GPU 0. With one process per GPU, all of them allocate on GPU 0 and NCCL

@@ -15,7 +15,7 @@ class GlobalRankAsDevice(Rule):
     ## What it does
     Finds the global rank (`RANK`, `dist.get_rank()`) used as a GPU index:
     `torch.cuda.set_device(rank)`, `model.cuda(rank)`, `model.to(rank)`, `torch.device("cuda", rank)`,
-    `f"cuda:{rank}"`, `device_id=rank`, `device_ids=[rank]`.
+    `f"cuda:{rank}"`, `torch.set_default_device(f"cuda:{rank}")`, `device_id=rank`, `device_ids=[rank]`.
 
     ## Why is this bad?
     A GPU index counts the GPUs of one machine, the global rank counts the processes of the whole

@@ -53,6 +53,7 @@ def test_a_global_rank_asserted_equal_to_the_local_rank_is_the_local_rank():
 @pytest.mark.parametrize("use", [
     "model.cuda(rank)", "model.to(rank)", 'torch.device("cuda", rank)', 'torch.device(f"cuda:{rank}")',
     "DDP(model, device_ids=[rank])", "FSDP(model, device_id=rank)", "torch.zeros(2, device=rank)",
+    'torch.set_default_device(f"cuda:{rank}")',
 ])
 def test_every_device_position_is_checked(use):
     assert codes(f"""
@@ -439,6 +440,9 @@ dist.destroy_process_group()
     ("", 'backend="cpu:gloo,cuda:nccl"', "", [(7, "FSDP301")]),
     ('torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))', '"nccl"', "", []),
     ("torch.accelerator.set_device_index(local_rank)", '"nccl"', "", []),
+    # xushilin1/Demos: tensors made without a device, and the collectives on them, go to the default device
+    ("", '"nccl"', 'torch.set_default_device(f"cuda:{local_rank}")', []),
+    ("", '"nccl"', 'torch.set_default_device("cuda")', [(7, "FSDP301")]),
     ("", '"nccl", device_id=torch.device("cuda", local_rank)', "", []),
     ("", '"nccl"', 'mesh = init_device_mesh("cuda", (8,))', []),
     ("", '"nccl"', "model = Net().cuda(local_rank)", []),
