@@ -28,7 +28,9 @@ class ProcessGroupNotDestroyed(Rule):
 
     The script is a file's top level (what runs when it is launched, `main()` under
     `if __name__ == "__main__":` included) or a function handed to `torch.multiprocessing.spawn`.
-    A `destroy_process_group()` anywhere after the initialization counts, through calls to
+    Each initialization the script may reach is checked on its own. A `destroy_process_group()`
+    anywhere after it counts, unless in another arm of a branch (an `else` the initialization's `if`
+    never reaches), through calls to
     functions of the checked files, in a `finally:` block, or registered with `atexit`; so does a
     library method that destroys it (accelerate's `Accelerator.end_training()`).
 
@@ -67,17 +69,19 @@ class ProcessGroupNotDestroyed(Rule):
         from fsdplint.rulekit import calls, process_group_backend, script_flows, via
 
         for flow in script_flows(program):
-            init = next((event for event in flow.of_kind(CALL) if event.qname == INIT), None)
-            backend = process_group_backend(init) if init else None
-            if init is None or (backend is not None and "nccl" not in backend):
-                continue  # a gloo group left to the interpreter exits silently
-            later = flow.events[init.index + 1:]
-            if any(_destroys(program, flow, event) for event in later) or flow.runs_forever_after(init):
-                continue
-            yield Finding(init.file, init.node,
-                          f"the process group initialized here is never destroyed{via(init)}: it lives until the "
-                          f"interpreter's teardown, where NCCL's communicators are aborted, not shut down, and exit "
-                          f"can hang; call `dist.destroy_process_group()` when the script ends", related=calls(flow, init))
+            # Each initialization the script may reach (minifsdp's CPU, CUDA and MPS arms), with a
+            # destroy that may run after it: in no arm apart from it.
+            for init in (event for event in flow.of_kind(CALL) if event.qname == INIT):
+                backend = process_group_backend(init)
+                if backend is not None and "nccl" not in backend:
+                    continue  # a gloo group left to the interpreter exits silently
+                later = flow.events[init.index + 1:]
+                if any(not event.exclusive(init) and _destroys(program, flow, event) for event in later) or flow.runs_forever_after(init):
+                    continue
+                yield Finding(init.file, init.node,
+                              f"the process group initialized here is never destroyed{via(init)}: it lives until the "
+                              f"interpreter's teardown, where NCCL's communicators are aborted, not shut down, and exit "
+                              f"can hang; call `dist.destroy_process_group()` when the script ends", related=calls(flow, init))
 
 
 def _destroys(program, flow, event) -> bool:

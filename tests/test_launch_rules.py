@@ -623,6 +623,38 @@ def test_only_whole_scripts_are_checked_for_a_device_and_for_destroy():
     """) == [(5, "FSDP301"), (5, "FSDP304")]
 
 
+def test_each_initialization_needs_a_destroy_on_its_own_path():
+    """tinuademargaret/minifsdp: a group started in each arm of `init_process`, the only destroy in
+    the CPU arm's `except`. The first initialization (gloo) says nothing of the others, and a destroy
+    in another arm never runs after them."""
+    assert codes("""
+    import torch
+    import torch.distributed as dist
+
+    def init_process(fn, backend="gloo", device=None):
+        if device == "mps":
+            dist.init_process_group(backend=backend)
+            fn(device)
+        elif device == "cuda":
+            dist.init_process_group(backend=backend)
+            fn(device)
+        else:
+            dist.init_process_group(backend)
+            try:
+                fn(device)
+            except Exception:
+                dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        if torch.backends.mps.is_available():
+            init_process(print, device="mps")
+        elif torch.cuda.is_available():
+            init_process(print, backend="nccl", device="cuda")
+        else:
+            init_process(print, device="cpu")
+    """) == [(10, "FSDP304")]
+
+
 @pytest.mark.parametrize("ending", [
     "dist.destroy_process_group()",
     "cleanup()",

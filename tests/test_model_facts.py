@@ -1864,6 +1864,35 @@ def test_a_process_that_enters_a_loop_nothing_leaves_never_reaches_its_end():
     assert [result(name) for name in ("forever", "sometimes", "leaves", "inner_if")] == [True, False, False, False]
 
 
+def test_a_comparison_of_two_strings_known_whole_takes_one_arm():
+    """tinuademargaret/minifsdp: `init_process(fn=main, backend="nccl", device="cuda")` of a function
+    that starts the group in each of `if device == "mps":`, `elif device == "cuda":` and `else:`: in that
+    call only the CUDA arm runs, and `!=` reads the same way. Near misses: a string the model does not
+    know whole (an f-string of a rank), and an unknown one."""
+    program = program_of("""
+    import torch.distributed as dist
+
+    def init_process(backend="gloo", device=None):
+        if device == "mps":
+            dist.init_process_group(backend=backend)
+        elif device == "cuda":
+            dist.init_process_group(backend=backend)
+        else:
+            dist.init_process_group(backend)
+        if device != "cuda":
+            dist.barrier()
+
+    def main(rank, other):
+        init_process(backend="nccl", device="cuda")
+        init_process(device=f"cuda:{rank}")
+        init_process(device=other)
+    """)
+    main = flow_of(program, "main")
+    lines = [[main.file.position(event.node).start.line for event in main.events if event.kind == model.CALL and event.call_sites
+              and event.call_sites[0] is call.node] for call in main.events if call.kind == model.ENTER]
+    assert lines == [[8], [6, 8, 10, 12], [6, 8, 10, 12]]
+
+
 def test_flags_are_read_as_what_they_were_computed_from():
     """karlstratos/minGPU: `is_ddp = is_distributed and args.dist == "ddp"`, `is_fsdp = is_distributed and
     args.dist == "fsdp"`: the wrap under `if is_fsdp:` and the state dict under `if (not is_distributed)

@@ -911,8 +911,12 @@ class Walker:
         test either; nor is a comparison of two sides that each differ between ranks."""
         values = [self.expr(part, statement, parents) for part in subexpressions(node)]
         params = refs_of(values)
-        if len(node.comparisons) == 1 and type(node.comparisons[0].operator) is cst.Equal and _never_equal(*values):
+        operator = type(node.comparisons[0].operator) if len(node.comparisons) == 1 else None
+        if operator is cst.Equal and _never_equal(*values):
             return Value(params_of=params, always_false=True)  # `dtype == "float16"` where `dtype` is a torch dtype
+        if operator in (cst.Equal, cst.NotEqual) and (same := _same_text(*values)) is not None:
+            # `device == "cuda"` in a call given `device="cuda"` (minifsdp's `init_process`): known either way
+            return Value(params_of=params, constant=str(same == (operator is cst.Equal)))
         compares_rank = any(value.rank is not None for value in values)
         # Two sides that each differ between ranks (`local_rank != other` where `other = local_rank`, or
         # `shard_id` computed from the rank) may agree on every rank: which ranks pass is not known.
@@ -1427,6 +1431,13 @@ def _dtypes_taken(table: Value, key: str | None) -> frozenset[str] | None:
         return None
     chosen = [entry.dtypes for name, entry, _ in table.entries if name == key] if key is not None else []
     return chosen[-1] if chosen else frozenset().union(*(entry.dtypes for _, entry, _ in table.entries))
+
+
+def _same_text(left: Value, right: Value) -> bool | None:
+    """Whether two strings known whole are the same; None where either is not known whole."""
+    if left.text is None or right.text is None or UNKNOWN_PART in left.text + right.text:
+        return None
+    return left.text == right.text
 
 
 def _never_equal(left: Value, right: Value) -> bool:
