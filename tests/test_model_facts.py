@@ -1815,8 +1815,9 @@ def test_a_forward_method_a_class_registers_in_one_method_runs_hooks_in_the_othe
 
 def test_a_process_that_enters_a_loop_nothing_leaves_never_reaches_its_end():
     """NVlabs/rcm's build_synthetic_dataset.py: `main` starts the group in `init()` and ends with
-    `barrier()`, a helper that is `while True: time.sleep(interval)`. Near misses: the helper called
-    under an `if`, a loop with a `break`, and a loop the helper enters only under an `if`."""
+    `barrier()`, a helper that is `while True: time.sleep(interval)`; so does a `try` without handlers.
+    Near misses: the helper called under an `if`, a loop with a `break`, a loop the helper enters only
+    under an `if`, and a `try` whose handler goes on past the loop (Wan2.1's `mp_worker`)."""
     program = program_of("""
     import time
     import torch.distributed as dist
@@ -1856,12 +1857,34 @@ def test_a_process_that_enters_a_loop_nothing_leaves_never_reaches_its_end():
     def inner_if(args):
         init()
         maybe_barrier(args.wait)
+
+    def handled():
+        init()
+        try:
+            barrier()
+        except Exception:
+            return
+
+    def caught_around_both():
+        try:
+            init()
+            barrier()
+        except Exception:
+            return
+
+    def finally_only():
+        init()
+        try:
+            barrier()
+        finally:
+            print("stopped")
     """)
     def result(name):
         flow = flow_of(program, name)
         [init] = [event for event in flow.events if event.qname == "torch.distributed.init_process_group"]
         return flow.runs_forever_after(init)
-    assert [result(name) for name in ("forever", "sometimes", "leaves", "inner_if")] == [True, False, False, False]
+    assert [result(name) for name in ("forever", "sometimes", "leaves", "inner_if", "handled", "caught_around_both", "finally_only")] == \
+        [True, False, False, False, False, False, True]
 
 
 def test_a_comparison_of_two_strings_known_whole_takes_one_arm():

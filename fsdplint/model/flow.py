@@ -222,7 +222,8 @@ class Flow:
         requests, LLaMA2-Accessory's model workers; a helper's `while True: time.sleep(...)`, NVlabs/rcm's
         `barrier()`): it never reaches its end, and is stopped, not torn down. The loop is in no arm
         apart from the event, and every statement that leads from their common block to it runs
-        whenever reached: a call's statement, a `with`, a `try`'s body."""
+        whenever reached (a call's statement, a `with`, a `try`'s body), and no `try` around it
+        handles an error the loop raises."""
         path = (*event.outer, *event.parents, event.statement)
         for loop in self.loops:
             if loop.first <= event.index or loop.end == loop.first or not runs_forever(loop.node) \
@@ -230,7 +231,8 @@ class Flow:
                 continue
             own = (*loop.around, loop.node)
             shared = next((depth for depth, (mine, theirs) in enumerate(zip(path, own)) if mine is not theirs), min(len(path), len(own)))
-            if all(_always_enters(outer, inner) for outer, inner in zip(own[shared:], own[shared + 1:])):
+            if all(_always_enters(outer, inner) for outer, inner in zip(own[shared:], own[shared + 1:])) \
+                    and not any(_handles_errors_of(outer, inner) for outer, inner in zip(own, own[1:])):
                 return True
         return False
 
@@ -416,3 +418,10 @@ def _always_enters(statement: cst.CSTNode, inner: cst.CSTNode) -> bool:
     if type(statement) in (cst.SimpleStatementLine, cst.With):
         return True
     return type(statement) in (cst.Try, cst.TryStar) and holds_statement(statement.body, inner)
+
+
+def _handles_errors_of(statement: cst.CSTNode, inner: cst.CSTNode) -> bool:
+    """`inner` is in the body of a `try` with handlers: an error there goes on in a handler, past
+    any loop in it (Wan2.1's `mp_worker` serves a `while True:` in a `try` and returns from its
+    `except`, its group never destroyed)."""
+    return type(statement) in (cst.Try, cst.TryStar) and bool(statement.handlers) and holds_statement(statement.body, inner)
