@@ -1916,6 +1916,32 @@ def test_a_comparison_of_two_strings_known_whole_takes_one_arm():
     assert lines == [[8], [6, 8, 10, 12], [6, 8, 10, 12]]
 
 
+def test_a_module_fully_shard_manages_is_no_fsdp1_wrapper():
+    """saforem2/ezpz's diffusion example: `is_fsdp = isinstance(model, FSDP)` (FSDP1's class) of a model
+    `fully_shard` sharded, then `FSDP.summon_full_params(model) if is_fsdp else nullcontext()`: the test
+    is false, and the side of the conditional expression that does not run makes no event. Near
+    misses: `isinstance(model, FSDPModule)` of it (true: only its side runs), the FSDP1 test of a
+    wrapped module (true), and of a module the model knows nothing of (either side may run)."""
+    program = program_of("""
+    from contextlib import nullcontext
+    import lib
+    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel as FSDP, fully_shard
+
+    def main(model, other, unknown):
+        fully_shard(model)
+        is_fsdp = isinstance(model, FSDP)
+        FSDP.summon_full_params(model) if is_fsdp else nullcontext()
+        model.unshard() if isinstance(model, FSDPModule) else lib.plain_one()
+        other = FSDP(other)
+        FSDP.summon_full_params(other) if isinstance(other, FSDP) else lib.plain_two()
+        lib.unknown_one() if isinstance(unknown, FSDP) else lib.unknown_two()
+    """)
+    main = flow_of(program, "main")
+    called = [event.method or event.qname.rsplit(".", 1)[-1] for event in main.events
+              if event.kind in (model.CALL, model.METHOD) and event.qname != "isinstance"]
+    assert called == ["nullcontext", "unshard", "summon_full_params", "unknown_one", "unknown_two"]
+
+
 def test_flags_are_read_as_what_they_were_computed_from():
     """karlstratos/minGPU: `is_ddp = is_distributed and args.dist == "ddp"`, `is_fsdp = is_distributed and
     args.dist == "fsdp"`: the wrap under `if is_fsdp:` and the state dict under `if (not is_distributed)

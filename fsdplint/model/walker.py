@@ -362,9 +362,7 @@ class Walker:
                 self.small_statement(small, node, parents)
         elif type(node) is cst.If:
             value = self.expr(node.test, node, parents)
-            truth = False if value.always_false else self.static_truth(node.test)
-            if truth is None and value.constant in _NEGATED:
-                truth = value.constant == "True"  # `if not is_distributed(model):` where the function returns True for it
+            truth = self.truth_of(node.test, value)
             test = value.rank_test
             if value.type_test:
                 self.flow.write(Write.TYPE_TESTED, id(node))
@@ -496,6 +494,15 @@ class Walker:
             return Value(rank_derived=RANK_NUMBER) if any(is_rank_number(self.known(part)) for part in (node.left, node.right)) else Value()
         scope = RANK_CALLS.get(self.file.qualify(node.func) or "") if type(node) is cst.Call else None
         return Value(rank=Rank(scope)) if scope is not None else Value()
+
+    def truth_of(self, test: cst.CSTNode, value: Value) -> bool | None:
+        """What a test evaluated to `value` is wherever it runs, when known: false for a value that
+        never holds, else as its literals say (`static_truth`), else as a constant it was computed to
+        (`if not is_distributed(model):` where the function returns True for it)."""
+        truth = False if value.always_false else self.static_truth(test)
+        if truth is None and value.constant in _NEGATED:
+            truth = value.constant == "True"
+        return truth
 
     def static_truth(self, test: cst.CSTNode) -> bool | None:
         """The value of an `if` test on a name known to hold a literal (a parameter the call passed
@@ -856,13 +863,15 @@ class Walker:
             return Value(ref=either, params_of=refs_of((left, right)), rank_test=rank_test, type_test=left.type_test or right.type_test)
         if type(node) is cst.IfExp:
             test = self.expr(node.test, statement, parents)
+            truth = self.truth_of(node.test, test)
+            if truth is not None:
+                # `x if outer is not None else None` with `outer` left None: the other side never runs
+                with self.holding(node.test, truth):
+                    return self.expr(node.body if truth else node.orelse, statement, parents)
             with self.holding(node.test, True):
                 body = self.expr(node.body, statement, parents)
             with self.holding(node.test, False):
                 orelse = self.expr(node.orelse, statement, parents)
-            truth = False if test.always_false else self.static_truth(node.test)
-            if truth is not None:
-                return body if truth else orelse  # `x if outer is not None else None` with `outer` left None
             # `model.model if hasattr(model, "model") else model.esm`: one of the two modules, as with `or`
             return _not_none(body, orelse) or Value(ref=_either([body.ref, orelse.ref]), params_of=refs_of((test, body, orelse)),
                                                     dtypes=body.dtypes | orelse.dtypes if body.dtypes and orelse.dtypes else None)
@@ -1122,6 +1131,10 @@ class Walker:
             return Value(event=event, always_false=True)
         if self.flow.sharding_of(ref, len(self.flow.events), fsdp=None) is None:
             return Value(event=event, params_of=flowing, type_test=True)
+        if set(classes) == {FSDP1_WRAPPER} and self.flow.sharding_of(ref, len(self.flow.events), fsdp=2) is not None:
+            # `fully_shard` makes the module an FSDPModule in place, never a FullyShardedDataParallel
+            # (ezpz's `is_fsdp = isinstance(model, FSDP)` of an FSDP2 model, under which FSDP1 API runs)
+            return Value(event=event, always_false=True)
         # physicsnemo's `if isinstance(model, (FSDP, FSDPModule)): return True` of the model the flow shards
         return Value(event=event, params_of=flowing, constant="True" if all(name in FSDP_CLASSES for name in classes) else None)
 
