@@ -232,7 +232,7 @@ def _spawns_whole_job(flow, spawn) -> bool:
     # The call that made the count: given here, or the one its variable (or the parameter a caller
     # passed it to) was built by.
     count = nprocs[1]
-    made_by = count.event.qname if count.event else flow.constructed.get(count.ref.root) if count.ref else None
+    made_by = count.event.qname if count.event else flow.constructor(count.ref.root, spawn.index) if count.ref else None
     return made_by in distributed.DEVICE_COUNTS
 
 

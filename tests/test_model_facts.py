@@ -1942,6 +1942,34 @@ def test_a_module_fully_shard_manages_is_no_fsdp1_wrapper():
     assert called == ["nullcontext", "unshard", "summon_full_params", "unknown_one", "unknown_two"]
 
 
+def test_what_built_an_object_is_read_where_it_is_asked():
+    """physicsnemo's ViT example: `model = spec.build(...)`, `fully_shard(model)` under `if args.fsdp:`,
+    `model = DDP(model, ...)` in the `elif` (the same variable: computed from it), `model =
+    torch.compile(model)` last. Where it is sharded, the model was built by `build`, not by `DDP`
+    (a layer of torch.nn, which would hold no blocks)."""
+    from fsdplint.model.modules import holds_no_blocks
+
+    program = program_of("""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.distributed.fsdp import fully_shard
+
+    def main(spec, args):
+        model = spec.build()
+        if args.fsdp:
+            fully_shard(model)
+        elif args.ddp:
+            model = DDP(model)
+        model = torch.compile(model)
+    """)
+    main = flow_of(program, "main")
+    [shard] = main.of_kind(model.SHARD)
+    root = shard.target.root
+    assert main.constructor(root, shard.index) is None  # `spec.build()`: a call the model cannot name
+    assert main.constructor(root) == "torch.nn.parallel.DistributedDataParallel"
+    assert not holds_no_blocks(main, shard.target, shard.index + 1)
+
+
 def test_flags_are_read_as_what_they_were_computed_from():
     """karlstratos/minGPU: `is_ddp = is_distributed and args.dist == "ddp"`, `is_fsdp = is_distributed and
     args.dist == "fsdp"`: the wrap under `if is_fsdp:` and the state dict under `if (not is_distributed)

@@ -81,7 +81,7 @@ class Write(enum.Enum):
     BINDING = enum.auto()  # event.binding = ref; bindings[ref].append(event)
     TARGETS = enum.auto()  # event.targets = refs
     OPTIMIZER_BINDING = enum.auto()  # optimizer_bindings.add(ref)
-    CONSTRUCTED = enum.auto()  # constructed[root] = qualified name
+    CONSTRUCTED = enum.auto()  # constructed[root] += the call that built the object bound to it
     DERIVED = enum.auto()  # derived_from[root] = roots
     DERIVED_MORE = enum.auto()  # derived_from[root] |= roots
     READS_RANK = enum.auto()  # reads_rank = True
@@ -104,7 +104,7 @@ class Flow:
         self.bindings: dict[Ref, list[Event]] = {}  # variable -> the events whose result was assigned to it
         self.returned = Value()
         # root -> qualified name of the call that built it (`torch.nn.Linear`)
-        self.constructed: dict[str, str] = {}
+        self.constructed: dict[str, list[Event]] = {}  # each variable's constructions, in order (Flow.constructor)
         # root -> the class a call built it by (Value.built_by): `TinyLM` for `model = TinyLM(args).to(device)`
         self.instances: dict[str, str] = {}
         # root -> roots of the values it was computed from (`module = get_module(model, path)`)
@@ -137,6 +137,13 @@ class Flow:
         """Drops what only walks read (summaries keep their own part of it)."""
         self.writes, self.attempted, self.consulted, self.walked, self.asked_sharding = [], [], [], [], []
 
+    def constructor(self, root: str, before: int | None = None) -> str | None:
+        """The qualified name of the call that built the object `root` holds before event `before`
+        (anywhere, without it): a name bound again later to a `DDP(...)` (physicsnemo's ViT example,
+        in another arm after its `fully_shard`) was not built by it where it is sharded."""
+        made = [event for event in self.constructed.get(root, ()) if before is None or event.index < before]
+        return made[-1].qname if made else None
+
     def write(self, kind: Write, key, value=None) -> None:
         """Writes to the tables above, and keeps the write for summaries to replay."""
         if kind is Write.ASSIGNED_ROOT:
@@ -151,7 +158,7 @@ class Flow:
         elif kind is Write.OPTIMIZER_BINDING:
             self.optimizer_bindings.add(key)
         elif kind is Write.CONSTRUCTED:
-            self.constructed[key] = value
+            self.constructed.setdefault(key, []).append(value)
         elif kind is Write.DERIVED:
             self.derived_from[key] = value
         elif kind is Write.DERIVED_MORE:

@@ -51,7 +51,7 @@ def holds_no_blocks(flow: Flow, ref: Ref, before: int) -> bool:
     """The module `ref` names (a variable, not a part of one) is known to hold no block of layers."""
     if ref.path:
         return False
-    if is_layer(flow.constructed.get(ref.root)):
+    if is_layer(flow.constructor(ref.root, before)):
         return True
     for call, event in _calls_bound(flow, Ref(ref.root), before):
         file = event.file

@@ -139,7 +139,7 @@ def maker(flow: Flow, root: str, before: int) -> tuple:
     """What the walk may read of a caller's variable: what built it (a method call on it resolves by
     the class), and the qualified name it was constructed by (a copy of it is built by the same)."""
     made = flow.origin(Value(ref=Ref(root)), before)
-    return (made.kind, type(made.node).__name__, dotted_name(getattr(made.node, "func", None))) if made else None, flow.constructed.get(root)
+    return (made.kind, type(made.node).__name__, dotted_name(getattr(made.node, "func", None))) if made else None, flow.constructor(root, before)
 
 
 def sharding_state(flow: Flow, root: str, before: int) -> tuple[bool, bool]:
@@ -329,8 +329,10 @@ class Copier:
 
     def write(self, write: tuple[Write, object, object]) -> tuple[Write, object, object]:
         kind, key, value = write
-        if kind in (Write.ASSIGNED_ROOT, Write.INSTANCE, Write.CONSTRUCTED):
+        if kind in (Write.ASSIGNED_ROOT, Write.INSTANCE):
             return kind, self.root(key), value
+        if kind is Write.CONSTRUCTED:
+            return kind, self.root(key), self.event(value)
         if kind is Write.BINDING:
             return kind, self.event(key), self.ref(value)
         if kind is Write.TARGETS:

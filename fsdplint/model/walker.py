@@ -720,10 +720,10 @@ class Walker:
             self.flow.consulted.append(event.args[0].ref.root)
             built_by = self.flow.constructed.get(event.args[0].ref.root)
             if built_by:
-                self.flow.write(Write.CONSTRUCTED, root, built_by)
+                self.flow.write(Write.CONSTRUCTED, root, built_by[-1])
             return  # a new object, no part of the original
         elif event.kind in (CALL, META) and event.qname:
-            self.flow.write(Write.CONSTRUCTED, root, event.qname)
+            self.flow.write(Write.CONSTRUCTED, root, event)
         # `get_module(model, path)`, `model.get_submodule(path)`; and, for a call written here (not one
         # returned by an inlined function, whose names are the callee's), `getattr(model, "embed")()`.
         sources = {ref.root for ref in event.arg_refs()} | ({event.target.root} if event.kind == METHOD and event.target else set())
