@@ -1802,9 +1802,10 @@ def test_a_forward_method_a_class_registers_in_one_method_runs_hooks_in_the_othe
             self.patch_embeddings.encode(x)
             net.forward(x)
 
-        def apply_fsdp(self):
+        def apply_fsdp(self, method):
             fully_shard(self.patch_embeddings)
             register_fsdp_forward_method(self.patch_embeddings, "forward")
+            register_fsdp_forward_method(self.head, method)  # a name not known: no registration read
             fully_shard(self.head)
             fully_shard(self)
     """)

@@ -248,7 +248,8 @@ class Flow:
         `register_fsdp_forward_method(module, "generate")`."""
         return {(event.args[0].ref, name) for event in self.of_kind(CALL)
                 if (event.qname or "").endswith("register_fsdp_forward_method") and len(event.node.args) >= 2 and event.args
-                and event.args[0].ref is not None and isinstance(name := string_value(event.node.args[1].value), str)}
+                and event.args[0].ref is not None and type(event.node.args[1].value) is cst.SimpleString
+                and isinstance(name := string_value(event.node.args[1].value), str)}
 
     def runs_hooks(self, ref: Ref, method: str) -> bool:
         """`ref.method(...)` runs FSDP2's hooks: the method is registered for the module in this flow, or,
