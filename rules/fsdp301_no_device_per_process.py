@@ -21,8 +21,9 @@ class NoDevicePerProcess(Rule):
     on CUDA device`. The other GPUs stay idle.
 
     Only whole scripts are checked (a file's top level and what it calls, or a function started by
-    `torch.multiprocessing.spawn`), since a caller fsdplint cannot see may choose the device; so is a
-    constructor of the script's own classes other than modules (`Trainer(...)`). Scripts
+    `torch.multiprocessing.spawn`), since a caller fsdplint cannot see may choose the device; so may
+    a constructor of the script's own classes other than modules (`Trainer(...)`) that chooses one,
+    or whose class derives from a library's. Scripts
     that set `CUDA_VISIBLE_DEVICES` per process, assert that they run one process per node
     (`assert os.environ["LOCAL_RANK"] == "0"`), call a helper of their own that names a device
     (`get_device(...)`), run a single process (`world_size=1`), or use gloo are not reported; nor is a
@@ -118,14 +119,28 @@ def _places_on_a_device(event) -> bool:
 
 def _builds_setup_object(flow) -> bool:
     """The script builds an object of a class of the run that is not known to be a module (a trainer,
-    an evaluator): its constructor, which the walk does not follow, may choose the device."""
+    an evaluator) whose constructor may choose the device: it chooses one in its own code, or a base
+    the run does not define runs first. A class whose constructor chooses none (AReaL's `_KKState`,
+    a partitioning helper) says nothing."""
     from fsdplint.model import CALL, CALL_VALUE
 
     for event in flow.of_kind(CALL, CALL_VALUE):
         found = flow.program.class_of(event.file, event.node.func)
-        if found is not None and not flow.program.is_module_class(*found):
+        if found is not None and not flow.program.is_module_class(*found) and _constructor_may_choose_device(flow.program, *found):
             return True
     return False
+
+
+def _constructor_may_choose_device(program, file, qualname) -> bool:
+    from fsdplint.model import CALL, METHOD
+
+    if any(not isinstance(entry, tuple) and entry != "object" for entry in program.class_lineage(file, qualname)):
+        return True  # a library's constructor runs: what it does is not known
+    init = program.method_of_class(file, qualname, "__init__")
+    if init is None:
+        return False
+    constructor = program.flow_of(init)
+    return constructor.exhausted or any(_chooses_device(event) for event in constructor.of_kind(CALL, METHOD))
 
 
 def _single_process(event) -> bool:

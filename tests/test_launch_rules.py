@@ -604,6 +604,26 @@ def test_a_constructor_of_the_scripts_own_classes_may_choose_the_device(bases, e
     """) == expected
 
 
+def test_a_constructor_that_chooses_no_device_says_nothing_of_it():
+    """AReaL's run_kk_vs_ffd.py: the partitioning helper it calls builds `_KKState(...)`, a class of the
+    run whose constructor only fills lists; the script's own barrier then meets on GPU 0."""
+    assert codes("""
+    import torch.distributed as dist
+
+    class State:
+        def __init__(self, items):
+            self.sets = [list(items)]
+
+    def allocate(items):
+        return State(items).sets
+
+    dist.init_process_group("nccl")
+    allocate([1, 2])
+    dist.barrier()
+    dist.destroy_process_group()
+    """) == [(11, "FSDP301")]
+
+
 def test_only_whole_scripts_are_checked_for_a_device_and_for_destroy():
     # A library function: its callers, which fsdplint cannot see, may choose the device and destroy.
     assert codes("""
