@@ -1116,6 +1116,32 @@ def main(model):
     assert check_source(source.format(shape="(8,)"), "train.py") == []
 
 
+def test_layers_taken_from_the_model_on_either_path_are_its_sub_modules():
+    # bionemo's esm2 test (FSDP101 false warning): `transformer_layers` is the TE model's layers or the
+    # HF model's, sharded one by one before the model. A model built by a call with no sub-module
+    # sharded still reports.
+    source = """
+from torch.distributed.fsdp import fully_shard
+
+def main(use_te, build, other):
+    model = build()
+    if use_te:
+        layers = model.model.encoder.layers
+    else:
+        layers = model.esm.encoder.layer
+    for layer in layers:
+        fully_shard(layer)
+    fully_shard(model)
+    for layer in other:
+        fully_shard(layer)
+    whole = build()
+    fully_shard(whole)
+
+main(True, make, [])
+"""
+    assert [(d.code, d.line) for d in check_source(source, "train.py") if d.code == "FSDP101"] == [("FSDP101", 16)]
+
+
 def test_a_copy_copies_an_fsdp_module_only_where_it_is_or_holds_a_unit():
     """NVlabs/FastGen deep-copies `self.transformer.condition_embedder`, a part of the sharded transformer
     that no `fully_shard` was given: it copies (its parameters as DTensors). A module holding a unit

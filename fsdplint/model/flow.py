@@ -137,6 +137,13 @@ class Flow:
         """Drops what only walks read (summaries keep their own part of it)."""
         self.writes, self.attempted, self.consulted, self.walked, self.asked_sharding = [], [], [], [], []
 
+    def alternatives(self, ref: Ref) -> tuple[Ref, ...]:
+        """The objects `ref` may be: where paths that bound its variable to different objects met, each
+        of them (bionemo's `transformer_layers`, `model.model.encoder.layers` in one arm and
+        `model.esm.encoder.layer` in the other), with the rest of its path; else itself."""
+        joined = self.joined.get(ref.root)
+        return tuple(Ref(one.root, one.path + ref.path) for one in joined) if joined else (ref,)
+
     def constructor(self, root: str, before: int | None = None) -> str | None:
         """The qualified name of the call that built the object `root` holds before event `before`
         (anywhere, without it): a name bound again later to a `DDP(...)` (physicsnemo's ViT example,
