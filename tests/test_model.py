@@ -1117,29 +1117,30 @@ def main(model):
 
 
 def test_layers_taken_from_the_model_on_either_path_are_its_sub_modules():
-    # bionemo's esm2 test (FSDP101 false warning): `transformer_layers` is the TE model's layers or the
-    # HF model's, sharded one by one before the model. A model built by a call with no sub-module
-    # sharded still reports.
+    # bionemo's esm2 test (FSDP101 false warning): its blocks are the TE model's layers or the HF
+    # model's, taken on exclusive paths and sharded one by one before the model. A model built by a
+    # call with no sub-module sharded still reports.
     source = """
+import sys
 from torch.distributed.fsdp import fully_shard
 
-def main(use_te, build, other):
-    model = build()
-    if use_te:
-        layers = model.model.encoder.layers
+def train(build, kind):
+    net = build()
+    if kind == "te":
+        blocks = net.model.encoder.layers
+    elif kind == "hf":
+        blocks = net.esm.encoder.layer
     else:
-        layers = model.esm.encoder.layer
-    for layer in layers:
-        fully_shard(layer)
-    fully_shard(model)
-    for layer in other:
-        fully_shard(layer)
+        blocks = net.layers
+    for block in blocks:
+        fully_shard(block)
+    fully_shard(net)
     whole = build()
     fully_shard(whole)
 
-main(True, make, [])
+train(make, sys.argv[1])
 """
-    assert [(d.code, d.line) for d in check_source(source, "train.py") if d.code == "FSDP101"] == [("FSDP101", 16)]
+    assert [(d.code, d.line) for d in check_source(source, "train.py") if d.code == "FSDP101"] == [("FSDP101", 17)]
 
 
 def test_a_copy_copies_an_fsdp_module_only_where_it_is_or_holds_a_unit():
