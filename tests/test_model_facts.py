@@ -1997,6 +1997,38 @@ def test_a_name_the_paths_bound_to_different_parts_is_one_of_them():
     assert main.alternatives(third.target) == (third.target,)
 
 
+def test_a_function_defined_in_its_caller_reads_the_callers_names():
+    """karlstratos/minGPU: `def wrap_fsdp(model, sync_module_states=False):` inside `main` builds
+    `dict(device_id=rank, ...)` from `main`'s `rank`, read from `RANK`: the global rank. Near misses:
+    a name the nested function binds itself, and a function defined elsewhere, whose free name is a
+    global the model does not know."""
+    program = program_of("""
+    import os
+    import torch
+
+    def helper():
+        torch.cuda.set_device(rank)
+
+    def main():
+        rank = int(os.environ["RANK"])
+        local = int(os.environ["LOCAL_RANK"])
+
+        def wrap():
+            torch.cuda.set_device(rank)
+
+        def own():
+            rank = 0
+            torch.cuda.set_device(rank)
+
+        wrap()
+        own()
+        helper()
+    """)
+    main = flow_of(program, "main")
+    devices = [event.args[0] for event in main.events if event.qname == "torch.cuda.set_device"]
+    assert [value.rank is not None and value.rank.scope is model.GLOBAL_RANK for value in devices] == [True, False, False]
+
+
 def test_flags_are_read_as_what_they_were_computed_from():
     """karlstratos/minGPU: `is_ddp = is_distributed and args.dist == "ddp"`, `is_fsdp = is_distributed and
     args.dist == "fsdp"`: the wrap under `if is_fsdp:` and the state dict under `if (not is_distributed)

@@ -1304,6 +1304,12 @@ class Walker:
                                     always_false=name in falsy and name not in env)
                 self.flow.write(Write.ASSIGNED_ROOT, prefix + name)
                 self.record_origin(prefix + name, given.event)
+        if self.function is not None and callee.class_name is None and callee.qualname == f"{self.function.qualname}.{callee.name}":
+            # A function defined in the caller's body reads the names of the caller it does not bind
+            # (a closure: minGPU's `wrap_fsdp` reads `main`'s `rank`), as they are where it is called.
+            own = self.flow.program.bound_counts(callee.file, callee)
+            env.update({key: value for key, value in self.env.items()
+                        if (head := key.split(".", 1)[0]) not in own and head not in callee.params and key not in env})
         chain, call_sites = (self.chain, self.call_sites) if through_wrapper else (self.chain + (callee.name,), self.call_sites + (node,))
         walker = Walker(self.flow, callee.file, callee, env, prefix, chain, self.depth + 1, self.stack,
                          self.outer + parents + (statement,), self.rank_guards, call_sites, self.contexts, self.arms, self.facts)
