@@ -2029,6 +2029,44 @@ def test_a_function_defined_in_its_caller_reads_the_callers_names():
     assert [value.rank is not None and value.rank.scope is model.GLOBAL_RANK for value in devices] == [True, False, False]
 
 
+def test_a_class_wraps_its_module_only_under_its_constructors_tests():
+    """zuohao123/R3-v2: `__init__` keeps `config` in `self.config` and calls `self._wrap_fsdp()`, which
+    wraps `self.qwen.model`, only `if config.backend == "fsdp":`; `_clip_gradients` clips the FSDP module
+    in that case and returns, and clips plain parameters past it, where the module was never wrapped.
+    Near miss: a method under no test of the backend."""
+    program = program_of("""
+    import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    class Holder:
+        def __init__(self):
+            self.model = torch.nn.Linear(8, 8)
+
+    class Trainer:
+        def __init__(self, config):
+            self.config = config
+            self.qwen = Holder()
+            if self.config.backend == "fsdp":
+                self._wrap_fsdp()
+
+        def _wrap_fsdp(self):
+            self.qwen.model = FSDP(self.qwen.model)
+
+        def _clip_gradients(self):
+            if self.config.backend == "fsdp":
+                self.qwen.model.clip_grad_norm_(1.0)
+                return
+            self.qwen.model.parameters()
+
+        def anywhere(self):
+            self.qwen.model.parameters()
+    """)
+    clip = flow_of(program, "Trainer._clip_gradients")
+    anywhere = flow_of(program, "Trainer.anywhere")
+    uses = [(flow, event) for flow in (clip, anywhere) for event in flow.events if event.kind == model.METHOD]
+    assert [flow.sharding_of(event.target, event.index, fsdp=1) is not None for flow, event in uses] == [True, False, True]
+
+
 def test_flags_are_read_as_what_they_were_computed_from():
     """karlstratos/minGPU: `is_ddp = is_distributed and args.dist == "ddp"`, `is_fsdp = is_distributed and
     args.dist == "fsdp"`: the wrap under `if is_fsdp:` and the state dict under `if (not is_distributed)

@@ -221,8 +221,10 @@ class Flow:
                     if manages(event) and not (at and event.excludes(at))]
         if not managing and ref.root == "self" and self.function and not self.function.runs_at_construction() \
                 and not any(manages(event) for event in self.of_kind(SHARD, WRAP)):
+            # Not one whose tests exclude this event's (R3-v2's `_wrap_fsdp` under `if backend == "fsdp":`,
+            # and the clip past `if backend == "fsdp": ...; return` in another method)
             managing = [event for event in self.program.class_shards.get((self.file.module_name, self.function.class_name), ())
-                        if manages(event)]
+                        if manages(event) and not (at and event.excludes(at))]
         if not managing and ref.root in self.joined:
             # One of the objects the paths gave it: managed where every one of them is (a must, not a may).
             found = [self.sharding_of(Ref(one.root, one.path + ref.path), before, fsdp, how) for one in self.joined[ref.root]]

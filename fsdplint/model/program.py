@@ -12,8 +12,9 @@ from typing import Iterator, Sequence
 import libcst as cst
 
 from fsdplint import distributed
+from fsdplint.model import conditions
 from fsdplint.model.events import ASSIGN, SHARD, WRAP, Event
-from fsdplint.model.constructors import attributes_of_every_object
+from fsdplint.model.constructors import attributes_of_every_object, stored_attributes
 from fsdplint.model.files import FileModel, FunctionInfo, UnparsedFile
 from fsdplint.model.names import dotted_name
 from fsdplint.model.flow import Flow
@@ -90,17 +91,27 @@ class Program:
         # (and shortest "via" chain) is kept.
         self.flows = [flow for _, flow in sorted(function_flows, key=lambda pair: pair[0])] + \
             [flow for _, flow in sorted(module_flows, key=lambda pair: pair[0])]
+        own_walks: dict[tuple[str, str], list[Event]] = {}
         for flow in self.flows:
-            if flow.function and flow.function.class_name:
-                key = (flow.file.module_name, flow.function.class_name)
-                for event in flow.shard_events():
-                    if any(target.root == "self" for target in event.targets):
-                        self.class_shards.setdefault(key, []).append(event)
-                if flow.function.name == "__init__":
-                    self.class_shards.setdefault(key, []).extend(_kept_in_attributes(flow))
+            function = flow.function
+            if function and function.class_name:
+                key = (flow.file.module_name, function.class_name)
+                events = list(flow.shard_events())
+                if function.name == "__init__":
+                    events = [_named_by_attributes(self, flow, event) for event in events] + _kept_in_attributes(flow)
+                in_self = [event for event in events if any(target.root == "self" for target in event.targets)]
+                # A method only other methods of its class call is read in their flows, under the tests
+                # around the calls (R3-v2's `_wrap_fsdp`, called by `__init__` under `if backend == "fsdp":`),
+                # where they name its module as it does; its own walk, where they do not.
+                walked_by_its_class = bool(function.callers) and all(
+                    caller is not None and caller.owner == function.owner for caller in function.callers.values())
+                (own_walks if walked_by_its_class else self.class_shards).setdefault(key, []).extend(in_self)
                 registered = {(ref, name) for ref, name in flow.forward_methods_registered() if ref.root == "self"}
                 if registered:
                     self.class_registrations.setdefault(key, set()).update(registered)
+        for key, events in own_walks.items():
+            read_in_callers = {id(event.node) for event in self.class_shards.get(key, ())}
+            self.class_shards.setdefault(key, []).extend(event for event in events if id(event.node) not in read_in_callers)
         self._flows_by_function = {id(flow.function.node): flow for flow in self.flows if flow.function is not None}
 
     def _build_flow(self, file: FileModel, function: FunctionInfo | None) -> Flow:
@@ -371,6 +382,22 @@ class Program:
         # setup` in setup.py is not fms-fsdp's own `setup()`, which starts a process group.
         (candidate,) = candidates
         return candidate if relative or module.split(".")[0] in Path(candidate.file.source.path).resolve().parts else None
+
+
+def _named_by_attributes(program: Program, init: Flow, event: Event) -> Event:
+    """`event` of `__init__`, its tests on a parameter's object (`config.backend`) named as the other
+    methods reach that object: by the attribute the constructor keeps it in, and assigns nowhere else
+    (`self.config.backend`), so that their tests and these can exclude each other."""
+    stored = stored_attributes(program, init.file, init.function.owner)[1]
+    kept = {held.parameter: attribute for attribute, held in stored.items() if held.parameter is not None}
+    if not kept:
+        return event
+
+    def named(ref: Ref) -> Ref:
+        return Ref("self", (kept[ref.root], *ref.path)) if ref.root in kept else ref
+
+    facts = tuple((conditions.mapped(formula, named), truth) for formula, truth in event.facts)
+    return dataclasses.replace(event, facts=facts) if facts != event.facts else event
 
 
 def _kept_in_attributes(init: Flow) -> list[Event]:
