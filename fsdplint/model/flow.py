@@ -103,8 +103,8 @@ class Flow:
         self.optimizer_bindings: set[Ref] = set()
         self.bindings: dict[Ref, list[Event]] = {}  # variable -> the events whose result was assigned to it
         self.returned = Value()
-        # root -> qualified name of the call that built it (`torch.nn.Linear`)
-        self.constructed: dict[str, list[Event]] = {}  # each variable's constructions, in order (Flow.constructor)
+        # root -> the calls that built the objects bound to it (`torch.nn.Linear(...)`), in order (Flow.constructor)
+        self.constructed: dict[str, list[Event]] = {}
         # root -> the class a call built it by (Value.built_by): `TinyLM` for `model = TinyLM(args).to(device)`
         self.instances: dict[str, str] = {}
         # root -> roots of the values it was computed from (`module = get_module(model, path)`)
@@ -227,7 +227,7 @@ class Flow:
                         if manages(event) and not (at and event.excludes(at))]
         if not managing and ref.root in self.joined:
             # One of the objects the paths gave it: managed where every one of them is (a must, not a may).
-            found = [self.sharding_of(Ref(one.root, one.path + ref.path), before, fsdp, how) for one in self.joined[ref.root]]
+            found = [self.sharding_of(one, before, fsdp, how) for one in self.alternatives(ref)]
             return max(found, key=lambda event: event.index) if all(found) else None
         if fsdp is not None and {event.kind for event in managing} != {SHARD if fsdp == 2 else WRAP}:
             return None

@@ -993,9 +993,10 @@ class Walker:
         # expression written in the dict (what its events show as the argument), and every argument is known.
         known = all(arg.star != "*" for arg in node.args) and all(value.entries is not None for value in spread)
         spread_entries = [entry for value in spread for entry in value.entries] if known else None
-        self.spread = (node, {key: entry for key, entry, _ in spread_entries}) if known else None
-        if spread_entries:
-            kwargs = {key: entry for key, entry, _ in spread_entries} | kwargs
+        spread_keywords = {key: entry for key, entry, _ in spread_entries} if known else None
+        self.spread = (node, spread_keywords) if known else None
+        if spread_keywords:
+            kwargs = spread_keywords | kwargs
         for arg in node.args:
             if not arg.star:
                 self.forget_entries(arg.value)  # a function given the dict may change it
