@@ -2067,6 +2067,33 @@ def test_a_class_wraps_its_module_only_under_its_constructors_tests():
     assert [flow.sharding_of(event.target, event.index, fsdp=1) is not None for flow, event in uses] == [True, False, True]
 
 
+def test_a_rank_returned_local_on_one_path_and_global_on_another_is_some_rank():
+    """facebookresearch/MobileLLM's `get_local_rank`: `LOCAL_RANK` when set, else `dist.get_rank()`:
+    which rank the result is depends on the path. Near miss: the same scope on both paths."""
+    program = program_of("""
+    import os
+    import torch
+    import torch.distributed as dist
+
+    def get_local_rank():
+        if os.environ.get("LOCAL_RANK"):
+            return int(os.environ["LOCAL_RANK"])
+        return dist.get_rank()
+
+    def get_global_rank():
+        if os.environ.get("RANK"):
+            return int(os.environ["RANK"])
+        return dist.get_rank()
+
+    def main():
+        torch.cuda.set_device(get_local_rank())
+        torch.cuda.set_device(get_global_rank())
+    """)
+    main = flow_of(program, "main")
+    scopes = [event.args[0].rank.scope for event in main.events if event.qname == "torch.cuda.set_device"]
+    assert scopes == [model.SOME_RANK, model.GLOBAL_RANK]
+
+
 def test_flags_are_read_as_what_they_were_computed_from():
     """karlstratos/minGPU: `is_ddp = is_distributed and args.dist == "ddp"`, `is_fsdp = is_distributed and
     args.dist == "fsdp"`: the wrap under `if is_fsdp:` and the state dict under `if (not is_distributed)

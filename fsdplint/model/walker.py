@@ -1382,6 +1382,10 @@ def _returned_on_either_path(earlier: Value, later: Value) -> Value:
     # `return getattr(m, "embed_tokens")` then `return None`
     chosen, other = (earlier, later) if later.constant == "None" and earlier.ref is not None else (later, earlier)
     both = _same_on_both(chosen, other)
+    if both.rank is not None and other.rank is not None and other.rank.scope is not both.rank.scope:
+        # `return int(os.environ["LOCAL_RANK"])` ... `return dist.get_rank()` (MobileLLM's `get_local_rank`):
+        # a rank, but which one depends on the path
+        both = replace(both, rank=replace(both.rank, scope=SOME_RANK, variable=None))
     # One return under a test of what the object is (`if isinstance(m, FSDP): return True` ... `return False`): so is the result.
     return replace(both, type_test=True) if other.type_test and not both.type_test else both
 
