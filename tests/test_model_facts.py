@@ -2029,12 +2029,19 @@ def test_a_function_defined_in_its_caller_reads_the_callers_names():
     assert [value.rank is not None and value.rank.scope is model.GLOBAL_RANK for value in devices] == [True, False, False]
 
 
-def test_a_class_wraps_its_module_only_under_its_constructors_tests():
+@pytest.mark.parametrize("elsewhere, expected", [
+    ("pass", [True, False, True]),
+    # R3-v2's own class reads a flag of `self` with `getattr`, which assigns nothing.
+    ("getattr(self, 'flag', False)", [True, False, True]),
+    # Near miss: `self` handed to code that may assign `self.config`: the test is not known to be the same.
+    ("configure(self)", [True, True, True]),
+])
+def test_a_class_wraps_its_module_only_under_its_constructors_tests(elsewhere, expected):
     """zuohao123/R3-v2: `__init__` keeps `config` in `self.config` and calls `self._wrap_fsdp()`, which
     wraps `self.qwen.model`, only `if config.backend == "fsdp":`; `_clip_gradients` clips the FSDP module
     in that case and returns, and clips plain parameters past it, where the module was never wrapped.
     Near miss: a method under no test of the backend."""
-    program = program_of("""
+    program = program_of(f"""
     import torch
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
@@ -2060,11 +2067,14 @@ def test_a_class_wraps_its_module_only_under_its_constructors_tests():
 
         def anywhere(self):
             self.qwen.model.parameters()
+
+        def log(self):
+            {elsewhere}
     """)
     clip = flow_of(program, "Trainer._clip_gradients")
     anywhere = flow_of(program, "Trainer.anywhere")
     uses = [(flow, event) for flow in (clip, anywhere) for event in flow.events if event.kind == model.METHOD]
-    assert [flow.sharding_of(event.target, event.index, fsdp=1) is not None for flow, event in uses] == [True, False, True]
+    assert [flow.sharding_of(event.target, event.index, fsdp=1) is not None for flow, event in uses] == expected
 
 
 def test_a_rank_returned_local_on_one_path_and_global_on_another_is_some_rank():

@@ -111,6 +111,11 @@ def attributes_at(program: Program, file: FileModel, qualname: str, call: cst.Ca
     return known
 
 
+# Callees given `self` that assign none of its attributes: a base's constructor through `super`, and
+# builtins that only read the object (R3-v2's `getattr(self, "last_bad_in_aux_only", False)`).
+_KEEP_SELF_TO_THEMSELVES = frozenset({"super", "getattr", "hasattr", "isinstance", "type", "len", "print", "id", "repr", "str", "callable"})
+
+
 def _stored(program: Program, file: FileModel, qualname: str, stores: tuple[dict[str, Stored], set[int]], every_object: bool) -> dict[str, Stored]:
     stored, counted = stores
     if every_object:
@@ -129,7 +134,8 @@ def _stored(program: Program, file: FileModel, qualname: str, stores: tuple[dict
             pending.extend(node.children)
             if id(node) in counted:
                 continue
-            if type(node) is cst.Call and not (type(node.func) is cst.Name and node.func.value == "super") \
+            if type(node) is cst.Call and not (type(node.func) is cst.Name and node.func.value in _KEEP_SELF_TO_THEMSELVES
+                                               and node.func.value not in class_file.imports) \
                     and any(type(arg.value) is cst.Name and arg.value.value == "self" for arg in node.args):
                 return {}
             for attribute in _self_attributes_assigned(node):
