@@ -1294,3 +1294,27 @@ def test_a_flag_that_returns_before_sharding_excludes_a_save_under_its_negation(
     """
     assert codes(source.format(saved="not args.fsdp"), ["FSDP201"]) == []
     assert codes(source.format(saved="args.fsdp"), ["FSDP201"]) == [(15, "FSDP201")]
+
+
+def test_blocks_sharded_from_an_iterable_built_from_the_model_are_its_sub_modules():
+    """rosinality/halite's `apply_fsdp`: `for i, block, _ in block_iterator: fully_shard(block)`, where
+    `block_iterator` is a comprehension over `model.blocks.items()` or a caller's function of `model`,
+    then `fully_shard(model)`: neither is a root sharded alone. Near miss: a model sharded with no loop."""
+    source = """
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+    def apply_fsdp(model, block_iterator=None):
+        if block_iterator is None:
+            block_iterator = [(i, block, None) for i, block in model.blocks.items()]
+        else:
+            block_iterator = block_iterator(model)
+        {loop}
+        fully_shard(model)
+
+    def main():
+        apply_fsdp(torch.nn.Transformer())
+    """
+    loop = "for i, block, _ in block_iterator:\n            fully_shard(block)"
+    assert codes(source.format(loop=loop), ["FSDP101"]) == []
+    assert codes(source.format(loop="pass"), ["FSDP101"]) == [(11, "FSDP101")]

@@ -2179,3 +2179,27 @@ def test_a_sharding_test_of_a_module_the_flow_shards_holds_and_its_other_arm_doe
     assert [event.method for event in sharded.of_kind(model.METHOD)] == ["train"]
     plain = flow_of(program_of(source.format(shard="pass")), "main")
     assert [event.method for event in plain.of_kind(model.METHOD)] == ["load_state_dict", "train"]
+
+
+@pytest.mark.parametrize("iterable, derived", [
+    # rosinality/halite: a comprehension over the model's blocks on one path, a caller's function of
+    # the model on the other.
+    ("[(i, block, None) for i, block in model.blocks.items()] if blocks is None else blocks(model)", True),
+    ("[(i, block, None) for i, block in model.blocks.items()]", True),
+    ("blocks(model)", True),
+    # Near miss: a list written out of modules built here: each part is what the list holds.
+    ("[(0, torch.nn.Linear(2, 2), None)]", False),
+])
+def test_the_parts_of_an_element_of_unknown_shape_come_from_what_the_iterable_came_from(iterable, derived):
+    program = program_of(f"""
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+    def apply_fsdp(model, blocks=None):
+        iterator = {iterable}
+        for i, block, _ in iterator:
+            fully_shard(block)
+    """)
+    flow = flow_of(program, "apply_fsdp")
+    [shard] = flow.shard_events(fsdp=2)
+    assert ("model" in flow.derived_from.get(shard.target.root, ())) is derived

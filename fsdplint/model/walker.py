@@ -414,6 +414,15 @@ class Walker:
             if element.ref is None and type(node.target) is cst.Name and self.env[node.target.value].ref is not None:
                 # `for module in children_bottom_up(model)[:-1]`: each element comes from `model`.
                 self.flow.write(Write.DERIVED, self.env[node.target.value].ref.root, self.roots_read(node.iter))
+            elif type(node.target) in (cst.Tuple, cst.List):
+                # `for i, block, _ in block_iterator`: the parts of an element whose shape is not known
+                # (those bound to no tracked object) come from what the iterable came from.
+                sources = self.sources_of(node.iter)
+                for part in node.target.elements:
+                    bound = self.env.get(part.value.value) if type(part.value) is cst.Name else None
+                    if sources and bound is not None and bound.ref is not None and not bound.ref.path and bound is not element \
+                            and bound.ref.root not in sources and bound.ref.root not in self.flow.derived_from:
+                        self.flow.write(Write.DERIVED, bound.ref.root, sources)
             first = len(self.flow.events)
             self.walk_suite(node.body, inner)
             self.path_ended = False  # the body may run no time
@@ -751,8 +760,23 @@ class Walker:
                 pending += [node.func, *(arg.value for arg in node.args)]
             elif type(node) is cst.Subscript:
                 pending.append(node.value)
-            elif not type(node) in (cst.Lambda, cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
+            elif type(node) in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
+                # What its elements come from: its first iterable, read where it is written (the
+                # names the comprehension binds are its own).
+                pending.append(node.for_in.iter)
+            elif type(node) is not cst.Lambda:
                 pending += subexpressions(node)
+        return roots
+
+    def sources_of(self, node: cst.CSTNode) -> set[str]:
+        """The roots an expression reads, and for each the objects it may be (where paths met) and
+        the roots those were computed from: what an element of an iterable built elsewhere in the
+        function may come from (halite's `block_iterator`, a comprehension over `model.blocks` on one
+        path and `block_iterator(model)` on the other)."""
+        roots = self.roots_read(node)
+        for root in list(roots):
+            for one in self.flow.alternatives(Ref(root)):
+                roots |= {one.root} | self.flow.derived_from.get(one.root, set())
         return roots
 
     def ref_of(self, node: cst.CSTNode) -> Ref | None:
