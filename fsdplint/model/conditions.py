@@ -19,6 +19,7 @@ wrap_fsdp(model)` and `if (not is_distributed) or is_ddp: ... model.state_dict()
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 from typing import Callable
@@ -32,7 +33,10 @@ MAX_ATOMS = 10  # past it, two sets of facts are not known to exclude each other
 _WRITER = cst.Module([])  # writes out any expression's node, whichever file holds it
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def written(node: cst.CSTNode) -> str:
+    """The expression's text on one line. Kept per node (nodes hash by identity): a test is written
+    out again for every event under it, in every flow that walks it (30,000 times in accelerate)."""
     return " ".join(_WRITER.code_for_node(node).split())
 
 
