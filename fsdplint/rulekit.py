@@ -276,6 +276,14 @@ def is_backward(event: Event) -> bool:
     return event.method == "backward" or type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "backward"
 
 
+def backward_sources(flow: Flow, event: Event) -> set[str] | None:
+    """The roots the loss of a backward (`is_backward`) was computed from (`loss.backward()`,
+    `accelerator.backward(loss)`), where the model knows its variable; None where it does not
+    (`model(x).sum().backward()`, `scaler.scale(loss).backward()`)."""
+    loss = event.target if event.method == "backward" else event.args[0].ref if event.args else None
+    return {loss.root} | flow.computed_from(loss.root) if loss is not None else None
+
+
 def process_group_backend(event: Event) -> str | None:
     """The backend an `init_process_group` call names as a string the model knows (`"nccl"`,
     `"cpu:gloo,cuda:nccl"`, a name assigned one); None when it names none or computes it."""

@@ -21,7 +21,9 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
     `FullyShardedDataParallel`, trains (calls `backward()`) and scales no loss at all: a policy
     built where a model is wrapped, by that code; one built apart from any wrap (often a constant of
     a policies module that a function picks at run time), by the whole program. Code that wraps and
-    only evaluates has no gradients to underflow. A scaler built
+    only evaluates has no gradients to underflow, and neither has a model that code wraps with its own
+    fp16 policy and only loads and reads back while every loss it trains is known to come from
+    another model (a checkpoint test's second model). A scaler built
     `enabled=False`, or with a test that is false whatever runs (`dtype == "float16"` where `dtype`
     is a `torch.dtype`), scales nothing and skips nothing: it is not reported, and does not count
     as loss scaling. A model wrapped with `sharding_strategy=ShardingStrategy.NO_SHARD` holds whole,
@@ -143,14 +145,36 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
                 # (dlrover's train_fsdp.py wraps in fp16 and trains with no scaler; another script of the repository has one)
                 scales_here = _builds_scaler(flow) or any(event.method in ("scale", "unscale_") for event in flow.of_kind(METHOD)) \
                     or _imports_sharded_scaler(flow.file)
-                wrap = own if any(is_backward(event) for event in flow.of_kind(METHOD, CALL)) and not scales_here else None
+                backwards = [event for event in flow.of_kind(METHOD, CALL) if is_backward(event)]
+                wrap = own if backwards and not scales_here else None
             else:  # a policy built apart from any wrap (Modalities' `fpSixteen`), by the program
                 wrap = wraps[0] if wraps and trains and not scales else None
             for policy in policies[id(flow)] if wrap is not None else ():
+                if own is not None and _only_untrained_take(flow, policy, backwards):
+                    continue  # ByteCheckpoint's tests: the policy of a model only loaded into and read back
                 yield Finding(policy.file, policy.node,
                               f"fp16 `MixedPrecision` in a program that wraps with `FullyShardedDataParallel` (at {where(wrap)}) "
                               f"and trains, and scales no loss: fp16 gradients underflow to zero without loss scaling; use "
                               f"`ShardedGradScaler` from `{_SHARDED_SCALER_MODULE}` (or train in bfloat16)", related=(at(wrap, "wrapped here"),))
+
+
+def _only_untrained_take(flow, policy, backwards) -> bool:
+    """The models wrapped with `policy` in this flow are known to train nowhere in it: each backward's
+    loss is known to come from a wrapped model of the flow, and none from one of these."""
+    from fsdplint.rulekit import backward_sources
+
+    wrapped = list(flow.shard_events(fsdp=1))
+    taking = [wrap for wrap in wrapped if (given := wrap.kwargs.get("mixed_precision")) is not None
+              and flow.origin(given, wrap.index) is policy]
+    if not taking:
+        return False
+    roots = {ref.root for wrap in wrapped for ref in (*wrap.targets, wrap.binding) if ref is not None}
+    mine = {ref.root for wrap in taking for ref in (*wrap.targets, wrap.binding) if ref is not None}
+    for backward in backwards:
+        sources = backward_sources(flow, backward)
+        if sources is None or not sources & roots or sources & mine:
+            return False
+    return True
 
 
 def _fp16_policy(event) -> bool:

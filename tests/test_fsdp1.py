@@ -633,3 +633,22 @@ def test_an_fp16_policy_built_apart_from_any_wrap_is_judged_by_the_program():
     """
     assert codes(source, select=["FSDP403"]) == [(1, "FSDP403")]
     assert codes(source.replace(".sum().backward()", ""), select=["FSDP403"]) == []
+
+
+def test_an_fp16_policy_of_a_model_only_loaded_and_read_trains_nothing():
+    """ByteCheckpoint's save/load tests: `model` is wrapped in fp16 and trained; `model_new`, wrapped
+    with its own fp16 policy, is only loaded into and read back: its policy governs no gradient. Near
+    misses: the second model trains too; a backward whose loss the model cannot trace (either may train)."""
+    body = """
+    def test_load_save(path):
+        model = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({{Block}}), mixed_precision=MixedPrecision(param_dtype=torch.float16))
+        loss = model(torch.randn(2, 4)).sum()
+        loss.backward()
+        model_new = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({{Block}}), mixed_precision=MixedPrecision(param_dtype=torch.float16))
+        model_new.load_state_dict(torch.load(path))
+        {then}
+    """
+    assert codes(body.format(then="model_new.state_dict()"), select=["FSDP403"]) == [(2, "FSDP403")]
+    assert codes(body.format(then="model_new(torch.randn(2, 4)).sum().backward()"), select=["FSDP403"]) == [(2, "FSDP403"), (5, "FSDP403")]
+    assert codes(body.format(then="out = model_new(torch.randn(2, 4))\n        (out * 2).sum().backward()"),
+                 select=["FSDP403"]) == [(2, "FSDP403"), (5, "FSDP403")]

@@ -2203,3 +2203,17 @@ def test_the_parts_of_an_element_of_unknown_shape_come_from_what_the_iterable_ca
     flow = flow_of(program, "apply_fsdp")
     [shard] = flow.shard_events(fsdp=2)
     assert ("model" in flow.derived_from.get(shard.target.root, ())) is derived
+
+
+def test_a_value_is_computed_from_what_its_sources_were_computed_from():
+    """`out = model(x); loss = criterion(out, y)`: the loss comes from the model, through `out`. Near
+    miss: a value computed from another model only."""
+    program = program_of("""
+    def train(model, other, criterion, x, y):
+        out = model(x)
+        loss = criterion(out, y)
+        elsewhere = other(x).sum()
+    """)
+    flow = flow_of(program, "train")
+    assert "model" in flow.computed_from("loss")
+    assert "model" not in flow.computed_from("elsewhere")

@@ -185,6 +185,18 @@ class Flow:
         """No flow of this run calls it: nothing outside it can have shaped its values."""
         return self.function is None or not self.function.called
 
+    def computed_from(self, root: str) -> set[str]:
+        """Every root the value of `root` was computed from, through the values it was computed from
+        (`loss` from `out`, `out` from `model` in `out = model(x); loss = criterion(out, y)`)."""
+        found: set[str] = set()
+        pending = [root]
+        while pending:
+            for source in self.derived_from.get(pending.pop(), ()):
+                if source not in found:
+                    found.add(source)
+                    pending.append(source)
+        return found
+
     def has_local_provenance(self, ref: Ref) -> bool:
         """The value was made inside this flow (not a parameter, global or attribute of self)."""
         return ref.root in self.assigned_roots and ref.root not in self.parameter_roots
