@@ -122,6 +122,9 @@ PROCESS_GROUP_COLLECTIVES = {  # name -> the position of its `group` argument
 }
 _PROCESS_GROUP_MODULES = frozenset({"torch.distributed", "torch.distributed.distributed_c10d"})
 # torch.distributed.checkpoint: every rank writes or reads its part, coordinated by collectives.
+# Where `torch.save` writes bytes that stay in this process: no file another process loads (a
+# round-trip check through `io.BytesIO`).
+IN_MEMORY_BUFFERS = frozenset({"io.BytesIO"})
 DCP_SAVERS = frozenset({"save", "async_save", "save_state_dict"})
 DCP_COLLECTIVES = DCP_SAVERS | {"load", "load_state_dict"}
 DCP_MODULE = "torch.distributed.checkpoint"

@@ -33,6 +33,9 @@ class TorchSaveShardedState(Rule):
     keys and shapes, which DCP takes as replicated, keeping one rank's (on 2 ranks, `dcp.load` gives
     rank 0 rank 1's state); save `get_optimizer_state_dict(model, optimizer)` instead.
 
+    Bytes saved into an `io.BytesIO` stay in the process that saved them (a round-trip check): no
+    file, not reported.
+
     A per-rank file, one whose name is formatted from the rank (`f"ckpt_rank{rank}.pt"`,
     `os.path.join(d, "shard_{}.pt".format(rank))`, `d + "/%d.pt" % rank`), is deliberate, but it
     cannot be loaded on another number of ranks: it is reported as a warning.
@@ -81,6 +84,9 @@ class TorchSaveShardedState(Rule):
                 sharded = [(module, shard) for module in sorted(event.args[0].params_of, key=str)
                            if (shard := flow.sharding_of(module, event.index, fsdp=2)) is not None]
                 path = event.argument(1, "f")  # torch.save(obj, f, ...)
+                buffer = flow.origin(path[1], event.index) if path is not None else None
+                if buffer is not None and buffer.qname in distributed.IN_MEMORY_BUFFERS:
+                    continue  # bytes kept in this process (pufanyi/vbvr-rl's save/load round trip), no file
                 per_rank = path is not None and path[1].rank is not None  # a file name formatted from the rank
                 what = code(event, event.node.args[0].value)
                 if not sharded:

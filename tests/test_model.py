@@ -1022,6 +1022,26 @@ def main(model, rank_dir):
     assert found == [(10, "FSDP201", "warning"), (11, "FSDP201", "error")], found
 
 
+def test_fsdp201_bytes_saved_into_a_buffer_of_the_process_are_no_file():
+    """pufanyi/vbvr-rl's round-trip check: the sharded optimizer state saved into an `io.BytesIO`
+    (a name bound to one, or one written in the call) and read back in the same process. Near miss:
+    the same state saved to a path."""
+    source = """
+import io
+import torch
+from torch.distributed.fsdp import fully_shard
+
+def main(model):
+    fully_shard(model)
+    buf = io.BytesIO()
+    torch.save(model.state_dict(), buf)
+    torch.save(model.state_dict(), io.BytesIO())
+    torch.save(model.state_dict(), "model.pt")
+"""
+    found = [(d.line, d.code) for d in check_source(source, "train.py", select=["FSDP201"])]
+    assert found == [(11, "FSDP201")], found
+
+
 def test_fsdp201_the_state_dict_helpers_without_full_state_dict_give_the_sharded_state():
     """ditty's `get_optimizer_state_dict(model, optimizer)` saved on rank 0: the helpers' default is
     the sharded state (DTensors, checked on 2 CPU ranks), as `model.state_dict()` is. Near misses:
