@@ -11,8 +11,10 @@ class CollectiveOnSomeRanks(Rule):
     ## What it does
     Finds a collective reached under a rank guard: `if rank == 0:`, `if dist.get_rank() == 0:`,
     `if is_main_process:`, `if self.global_rank == 0:`, `if fabric.is_global_zero:`, a name assigned
-    from such a test, the rest of a function after `if rank != 0: return`, or a function decorated
-    `@rank_zero_only`. The collective may be in the guarded block itself or in a function it calls,
+    from such a test, the rest of a function after `if rank != 0: return`, a test of whether a value
+    is None that a function returns only on some ranks (`sd = gathered(model)`, where `gathered`
+    returns the state dict on rank 0 and None on the others, then `if sd is None: return`), or a
+    function decorated `@rank_zero_only`. The collective may be in the guarded block itself or in a function it calls,
     at any depth among the checked files; the message names the chain of calls. A comparison of the
     rank with a value that also differs between ranks (`if local_rank != self.local_shard_id:` where
     the constructor set `self.local_shard_id = local_rank % local_world_size`) is no guard: which

@@ -6,6 +6,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from fsdplint.api import check_paths, check_source
 
 HEADER = """
@@ -776,3 +778,28 @@ def test_a_rank_compared_with_a_value_that_also_differs_between_ranks_is_no_guar
     """
     assert lines(copied) == []
     assert lines(copied.replace("other = local_rank", "other = 0")) == [7]
+
+
+@pytest.mark.parametrize("returned, test, expected", [
+    # Gaolingx/open-r1: the state dict on rank 0, None on the others; the callers leave where it is None.
+    ("if dist.get_rank() == 0:\n            return sd\n        return None", "sd is None", [13]),
+    ("if dist.get_rank() == 0:\n            return sd\n        return None", "not sd", [13]),
+    ("if dist.get_rank() != 0:\n            return\n        return sd", "sd is None", [13]),
+    # Near misses: None under a test every rank sees alike; None on every path; another value tested.
+    ("if path is None:\n            return None\n        return sd", "sd is None", []),
+    ("if dist.get_rank() == 0:\n            return None\n        return None", "sd is None", []),
+    ("if dist.get_rank() == 0:\n            return sd\n        return None", "path is None", []),
+])
+def test_a_value_none_on_some_ranks_makes_its_test_a_rank_test(returned, test, expected):
+    assert lines(f"""
+    def gathered(model, path):
+        sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        {returned}
+
+    def export(model, path):
+        sd = gathered(model, path)
+        if {test}:
+            return
+        torch.save(sd, path)
+        dist.barrier()
+    """) == expected

@@ -1211,7 +1211,7 @@ def _value_with_every_field_set() -> model.Value:
         table=(function("g"),), entries=(("lr", model.Value(ref=model.Ref("y")), object()),), rank=model.Rank(model.GLOBAL_RANK), constant="True", literal="True",
         rank_test=model.RankTest(True, True), always_false=True, element=model.Element(caller, "0", ()), each_of=caller,
         built_by="Model", rank_derived=model.RANK_NUMBER, world_size=True, run_test=True, text="cuda",
-        dtypes=frozenset({"torch.float16"}), type_test=True, formula=("eq", caller, "'fsdp'"))
+        dtypes=frozenset({"torch.float16"}), type_test=True, formula=("eq", caller, "'fsdp'"), none_on_some_ranks=True)
 
 
 def test_a_calling_contexts_shape_and_a_copied_walk_keep_every_field_of_a_value():
@@ -2217,3 +2217,31 @@ def test_a_value_is_computed_from_what_its_sources_were_computed_from():
     flow = flow_of(program, "train")
     assert "model" in flow.computed_from("loss")
     assert "model" not in flow.computed_from("elsewhere")
+
+
+def test_what_a_function_returns_is_none_on_some_ranks_where_it_returns_none_under_a_rank_test():
+    """Gaolingx/open-r1's `get_gathered_state_dict`: the state dict on rank 0, None on the others.
+    Near misses: None under a test every rank sees alike, and a rank test of the caller's around the call."""
+    program = program_of("""
+    import torch
+    import torch.distributed as dist
+
+    def on_rank0(sd):
+        if dist.get_rank() == 0:
+            return sd
+        return None
+
+    def when_given(sd, path):
+        if path is None:
+            return None
+        return sd
+
+    def main(sd, path):
+        torch.save(on_rank0(sd), path)
+        torch.save(when_given(sd, path), path)
+        if dist.get_rank() == 0:
+            torch.save(when_given(sd, path), path)
+    """)
+    main = flow_of(program, "main")
+    saved = [event.args[0].none_on_some_ranks for event in main.of_kind(model.CALL) if event.qname == "torch.save"]
+    assert saved == [True, False, False]

@@ -172,6 +172,10 @@ class Value:
     # A test bound to a name (`is_fsdp = is_distributed and args.dist == "fsdp"`): what it was computed
     # from, as a formula (see conditions), for the tests that read the name.
     formula: tuple | None = None
+    # None on some ranks only: what a function returns that returns None under a test of the rank and
+    # an object elsewhere (open-r1's `get_gathered_state_dict`: the state dict on rank 0, None on the
+    # others). Whether it is None is a test of the rank.
+    none_on_some_ranks: bool = False
 
 
 # In a Value's text, a part whose text is not known: no address or name holds it, so that

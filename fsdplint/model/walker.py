@@ -155,6 +155,9 @@ class Walker:
         self.stack = stack + ((id(function.node),) if function else ())
         self.returned = Value()
         self.returns = 0  # `return` statements with a value walked so far
+        # Whether a path returns None under a test of the rank made in this body, and whether another returns an object.
+        self.none_under_rank_test = self.object_returned = False
+        self.entry_rank_guards = len(rank_guards)
         self.type_tests = 0  # the bodies of `if`s on a Value.type_test the walk is in
         self.spread: tuple[cst.Call, dict[str, Value]] | None = None  # the call being made and the keywords its `**` dicts give
         # Every path through the statement just walked leaves the block (an `if` whose test is known
@@ -363,7 +366,7 @@ class Walker:
         elif type(node) is cst.If:
             value = self.expr(node.test, node, parents)
             truth = self.truth_of(node.test, value)
-            test = value.rank_test
+            test = value.rank_test or (RankTest(True, True) if value.none_on_some_ranks else None)  # `if state:`
             if value.type_test:
                 self.flow.write(Write.TYPE_TESTED, id(node))
 
@@ -615,6 +618,7 @@ class Walker:
                 value = replace(value, type_test=True)  # `if isinstance(model, FSDP): return True`: the result says what the model is
             self.returned = _returned_on_either_path(self.returned, value) if self.returns else value
             self.returns += 1
+            self.note_return(value)
             self.path_ended = True  # what follows in the block does not run (Walker.finish_returns)
         elif type(node) is cst.Assert:
             test = self.expr(node.test, statement, parents)
@@ -687,7 +691,8 @@ class Walker:
                           rank=value.rank, constant=constant, literal=value.constant, rank_test=value.rank_test, visits=value.visits,
                           callees=value.callees, table=value.table, entries=value.entries, built_by=value.built_by, rank_derived=value.rank_derived,
                           world_size=value.world_size, text=value.text if once else None, run_test=value.run_test,
-                          dtypes=value.dtypes if once else None, always_false=value.always_false and once, type_test=value.type_test)
+                          dtypes=value.dtypes if once else None, always_false=value.always_false and once, type_test=value.type_test,
+                          none_on_some_ranks=value.none_on_some_ranks)
             if root and value.built_by:
                 self.flow.write(Write.INSTANCE, root, value.built_by)
         self.env[key] = bound
@@ -901,7 +906,8 @@ class Walker:
                                                     dtypes=body.dtypes | orelse.dtypes if body.dtypes and orelse.dtypes else None)
         if type(node) is cst.UnaryOperation and type(node.operator) is cst.Not:
             operand = self.expr(node.expression, statement, parents)
-            return Value(rank_test=operand.rank_test.negated() if operand.rank_test else None, run_test=operand.run_test, type_test=operand.type_test,
+            tested = operand.rank_test or (RankTest(True, True) if operand.none_on_some_ranks else None)  # `not state`
+            return Value(rank_test=tested.negated() if tested else None, run_test=operand.run_test, type_test=operand.type_test,
                          constant=_NEGATED.get(operand.constant))
         if type(node) in (cst.Tuple, cst.List):
             elements = tuple(self.expr(element.value, statement, parents) for element in node.elements)
@@ -950,6 +956,9 @@ class Walker:
         if operator in (cst.Equal, cst.NotEqual) and (same := _same_text(*values)) is not None:
             # `device == "cuda"` in a call given `device="cuda"` (minifsdp's `init_process`): known either way
             return Value(params_of=params, constant=str(same == (operator is cst.Equal)))
+        if operator in (cst.Is, cst.IsNot, cst.Equal, cst.NotEqual) and len(values) == 2 and \
+                any(value.none_on_some_ranks for value in values) and any(value.constant == "None" for value in values):
+            return Value(params_of=params, rank_test=RankTest(True, True))  # `state is None`, where the state is None on some ranks
         compares_rank = any(value.rank is not None for value in values)
         # Two sides that each differ between ranks (`local_rank != other` where `other = local_rank`, or
         # `shard_id` computed from the rank) may agree on every rank: which ranks pass is not known.
@@ -1354,6 +1363,15 @@ class Walker:
         return None too (`if x: return True` says nothing of what it returns where `x` fails)."""
         if self.returns and not self.path_ended:
             self.returned = _returned_on_either_path(self.returned, Value(constant="None"))
+            self.note_return(Value(constant="None"))
+        if self.none_under_rank_test and self.object_returned and self.returned.constant != "None":
+            self.returned = replace(self.returned, none_on_some_ranks=True)
+
+    def note_return(self, value: Value) -> None:
+        if value.constant == "None":
+            self.none_under_rank_test |= len(self.rank_guards) > self.entry_rank_guards
+        else:
+            self.object_returned |= value.ref is not None or value.event is not None or value.elements is not None
 
     def emit(self, kind: EventKind, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple, **fields) -> Event:
         event = Event(kind, node, self.file, statement, parents, self.chain, function=self.function, outer=self.outer,
