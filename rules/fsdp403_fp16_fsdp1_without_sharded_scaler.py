@@ -168,13 +168,17 @@ def _only_untrained_take(flow, policy, backwards) -> bool:
               and flow.origin(given, wrap.index) is policy]
     if not taking:
         return False
-    roots = {ref.root for wrap in wrapped for ref in (*wrap.targets, wrap.binding) if ref is not None}
-    mine = {ref.root for wrap in taking for ref in (*wrap.targets, wrap.binding) if ref is not None}
+    roots, mine = _wrapped_roots(wrapped), _wrapped_roots(taking)
     for backward in backwards:
         sources = backward_sources(flow, backward)
         if sources is None or not sources & roots or sources & mine:
             return False
     return True
+
+
+def _wrapped_roots(wraps) -> set[str]:
+    """The variables of the modules the wraps wrap and of what they return."""
+    return {ref.root for wrap in wraps for ref in (*wrap.targets, wrap.binding) if ref is not None}
 
 
 def _fp16_policy(event) -> bool:

@@ -366,7 +366,7 @@ class Walker:
         elif type(node) is cst.If:
             value = self.expr(node.test, node, parents)
             truth = self.truth_of(node.test, value)
-            test = value.rank_test or (RankTest(True, True) if value.none_on_some_ranks else None)  # `if state:`
+            test = _truth_test(value)
             if value.type_test:
                 self.flow.write(Write.TYPE_TESTED, id(node))
 
@@ -906,7 +906,7 @@ class Walker:
                                                     dtypes=body.dtypes | orelse.dtypes if body.dtypes and orelse.dtypes else None)
         if type(node) is cst.UnaryOperation and type(node.operator) is cst.Not:
             operand = self.expr(node.expression, statement, parents)
-            tested = operand.rank_test or (RankTest(True, True) if operand.none_on_some_ranks else None)  # `not state`
+            tested = _truth_test(operand)
             return Value(rank_test=tested.negated() if tested else None, run_test=operand.run_test, type_test=operand.type_test,
                          constant=_NEGATED.get(operand.constant))
         if type(node) in (cst.Tuple, cst.List):
@@ -1392,6 +1392,12 @@ class Walker:
 
 
 _NEGATED = {"True": "False", "False": "True"}
+
+
+def _truth_test(value: Value) -> RankTest | None:
+    """How the truth of a value tested (`if state:`, `not state`) depends on the rank: its own test, or,
+    for a value None on some ranks only, whether it is None."""
+    return value.rank_test or (RankTest(True, True) if value.none_on_some_ranks else None)
 
 
 def _is_test(node: cst.CSTNode) -> bool:
