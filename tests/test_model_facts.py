@@ -2245,27 +2245,3 @@ def test_what_a_function_returns_is_none_on_some_ranks_where_it_returns_none_und
     main = flow_of(program, "main")
     saved = [event.args[0].none_on_some_ranks for event in main.of_kind(model.CALL) if event.qname == "torch.save"]
     assert saved == [True, False, False]
-
-
-@pytest.mark.parametrize("passed, tested", [
-    # C-W-D/CasCoD: the caller's imported `train_config`, tested in the callee under the caller's name.
-    ("train_config", "train_config.enable_fsdp"),
-    # Near miss: an object the caller made: the callee's own parameter, as before.
-    ("Config()", ":cfg.enable_fsdp"),
-])
-def test_a_parameter_given_an_imported_object_is_that_object(passed, tested):
-    program = program_of(f"""
-    import torch
-    from configs import Config, train_config
-
-    def train(cfg):
-        if cfg.enable_fsdp:
-            torch.save({{}}, "x")
-
-    def main():
-        train({passed})
-    """)
-    main = flow_of(program, "main")
-    [save] = [event for event in main.of_kind(model.CALL) if event.qname == "torch.save"]
-    [(text, truth)] = save.conditions()
-    assert text.endswith(tested) and (text == "train_config.enable_fsdp") == (passed == "train_config") and truth

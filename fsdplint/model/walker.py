@@ -1315,12 +1315,6 @@ class Walker:
                 env.update(attributes)
         for name, value in zip(params, args):
             env[name] = value
-        # The parameters given a name the caller imported (not torch's), by that name.
-        given_nodes = list(zip(params, (arg.value for arg in node.args if arg.keyword is None and not arg.star))) + \
-            [(arg.keyword.value, arg.value) for arg in node.args if arg.keyword is not None]
-        imported_names = {name: given.value for name, given in given_nodes
-                          if type(given) is cst.Name and given.value in self.file.imports and given.value not in self.env
-                          and not distributed.is_torch_name(self.file.imports[given.value])}
         spread = self.spread[1] if self.spread is not None and self.spread[0] is node else None
         for name, value in {**(spread or {}), **kwargs}.items():
             if name in params:
@@ -1336,11 +1330,7 @@ class Walker:
             default = parameter_default(callee.node, name) if name not in env and defaults_apply else None
             if type(default) is cst.Attribute and (dtype := distributed.TORCH_DTYPES.get(callee.file.qualify(default))):
                 env[name] = Value(dtypes=frozenset({dtype}))  # `def wrap(model, dtype=torch.float16)`
-            if name in env and env[name].ref is None and (imported := imported_names.get(name)) is not None:
-                # A module-level object the caller imported (C-W-D/CasCoD's `train_config` class): the
-                # callee's `train_config.enable_fsdp` is the caller's, by the name the caller wrote.
-                env[name] = replace(env[name], ref=Ref(imported), event=None, element=None, literal=None)
-            elif name not in env or env[name].ref is None:
+            if name not in env or env[name].ref is None:
                 given = env.get(name, Value())
                 # The argument's object under the parameter's name: what it holds and what it is, not
                 # the event that made it nor the container it was taken from (the caller's to know).
