@@ -79,7 +79,8 @@ class CollectiveOnSomeRanks(Rule):
             reaching = {guard.conjuncts() for event, _ in collectives for guard in event.rank_guards}
             for event, name in collectives:
                 guard = next((g for g in reversed(event.rank_guards) if not _complemented(g, reaching)
-                              and not any(_in_other_branch(other, g) for other, _ in every)
+                              and not any(_in_other_branch(other, g) or _reached_instead(other, other_name, event, name, g)
+                                          for other, other_name in every)
                               and not _other_arm_calls_unseen_code(flow, event, g)), None)
                 if guard is not None:
                     yield self._finding(flow, event, name, guard)
@@ -142,6 +143,15 @@ def _other_arm_calls_unseen_code(flow, event, guard) -> bool:
                 or any(their.condition() == (test, not holds) for their in other.rank_guards))
 
     return any(unseen(other) for other in flow.events if other.rank_guards or other.arms if elsewhere(other))
+
+
+def _reached_instead(other, other_name: str, event, name: str, guard) -> bool:
+    """`other` is the same collective on a path that excludes `event`'s, outside the guard: the ranks
+    the guard keeps out reach it instead (RLLaVA's `dist_batch`: rank 0 broadcasts the end of the
+    data and returns under `if is_rank0():`, every rank reaches the broadcast after it otherwise)."""
+    test = guard.condition()
+    return other_name == name and other.runs_where_returned(event) \
+        and not any(theirs.condition() == test for theirs in other.rank_guards)
 
 
 def _in_other_branch(event, guard) -> bool:

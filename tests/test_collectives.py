@@ -803,3 +803,28 @@ def test_a_value_none_on_some_ranks_makes_its_test_a_rank_test(returned, test, e
         torch.save(sd, path)
         dist.barrier()
     """) == expected
+
+
+@pytest.mark.parametrize("leaves, expected", [
+    # RLLaVA's `dist_batch`: rank 0 broadcasts the end of the data and returns; otherwise every rank
+    # reaches the broadcast after the `if`: each rank broadcasts once.
+    ("return None", []),
+    # Near misses: rank 0 goes on to the second broadcast (twice against once); a handler that may
+    # `continue` the caller's loop instead of returning.
+    ("pass", [9]),
+    ("if retry:\n                        continue\n                    return None", [9]),
+])
+def test_a_collective_in_an_arm_that_returns_is_matched_by_the_one_past_it(leaves, expected):
+    assert lines(f"""
+    def dist_batch(iterator, retry):
+        shards = [None] * dist.get_world_size()
+        for _ in range(3):
+            if dist.get_rank() == 0:
+                try:
+                    shards = list(next(iterator))
+                except StopIteration:
+                    dist.broadcast_object_list(shards, src=0)
+                    {leaves}
+            dist.broadcast_object_list(shards, src=0)
+            return shards[dist.get_rank()]
+    """) == expected

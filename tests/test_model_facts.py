@@ -194,6 +194,46 @@ def test_match_cases_and_except_handlers_are_arms():
     assert not c.exclusive(d) and d.exclusive(e) and d.exclusive(f) and e.exclusive(f)
 
 
+def test_code_past_an_arm_that_returns_never_runs_after_it_to_the_end_of_the_function():
+    """RLLaVA's `dist_batch`: a handler that returns inside `if is_rank0():`; what follows the `if`
+    never runs after the handler in one call. Near misses: a `finally` (it runs after the return), a
+    handler that may `continue` instead, the try's body (a handler may run after any part of it), and
+    another arm of an `if` that does not return (an `elif` arm is no code past a return)."""
+    flow = flow_of(program_of("""
+    from torch.distributed.fsdp import fully_shard
+    def prepare(model, batches, first):
+        if first:
+            try:
+                fully_shard(model.a)
+            except StopIteration:
+                fully_shard(model.b)
+                return None
+            finally:
+                fully_shard(model.c)
+        fully_shard(model.d)
+        for batch in batches:
+            try:
+                fully_shard(model.e)
+            except ValueError:
+                fully_shard(model.f)
+                if batch:
+                    continue
+                return None
+            fully_shard(model.g)
+        if first:
+            fully_shard(model.h)
+        elif batches:
+            fully_shard(model.i)
+    """), "prepare")
+    a, b, c, d, e, f, g, h, i = events(flow, model.SHARD)
+    assert d.runs_where_returned(b) and d.exclusive(b) and b.exclusive(d)
+    assert not any(other.runs_where_returned(b) or other.exclusive(b) for other in (a, c))
+    assert not any(d.runs_where_returned(other) for other in (a, c))
+    assert not g.runs_where_returned(f) and not g.exclusive(f)
+    assert h.exclusive(i) and not i.runs_where_returned(h) and not h.runs_where_returned(i)
+    assert not any(other.exclusive(d) for other in (e, f, g, h, i))
+
+
 def test_branches_that_build_the_model_differently_join_into_a_new_value():
     flow = flow_of(program_of("""
     from torch.distributed.fsdp import fully_shard
@@ -2266,6 +2306,38 @@ def test_what_a_function_returns_is_none_on_some_ranks_where_it_returns_none_und
     main = flow_of(program, "main")
     saved = [event.args[0].none_on_some_ranks for event in main.of_kind(model.CALL) if event.qname == "torch.save"]
     assert saved == [True, False, False]
+
+
+def test_an_element_of_a_container_returned_beside_a_none_of_rank_zero_is_no_object_known():
+    """RLLaVA's `dist_batch`: rank 0 returns None where the data ran out; every rank returns its part
+    of the list broadcast, which is None there too. Near miss: an object built in the function."""
+    program = program_of("""
+    import torch
+    import torch.distributed as dist
+
+    def part(iterator, rank):
+        shards = [None] * dist.get_world_size()
+        if dist.get_rank() == 0:
+            try:
+                shards = list(next(iterator))
+            except StopIteration:
+                dist.broadcast_object_list(shards, src=0)
+                return None
+        dist.broadcast_object_list(shards, src=0)
+        return shards[rank]
+
+    def built(iterator, rank):
+        if dist.get_rank() == 0:
+            return None
+        return torch.zeros(rank)
+
+    def main(iterator, path):
+        torch.save(part(iterator, dist.get_rank()), path)
+        torch.save(built(iterator, dist.get_rank()), path)
+    """)
+    main = flow_of(program, "main")
+    saved = [event.args[0].none_on_some_ranks for event in main.of_kind(model.CALL) if event.qname == "torch.save"]
+    assert saved == [False, True]
 
 
 @pytest.mark.parametrize("passed, tested", [

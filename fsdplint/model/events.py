@@ -202,8 +202,16 @@ class Event:
         entries): they never run in one pass, and neither is before the other."""
         if not self.arms or not other.arms:
             return False
-        mine = dict(self.arms)
-        return any(mine.get(branching, arm) != arm for branching, arm in other.arms)
+        mine: dict = {}
+        for branching, arm in self.arms:
+            mine.setdefault(branching, []).append(arm)
+        return any(_apart(arm, theirs) for branching, theirs in other.arms for arm in mine.get(branching, ()))
+
+    def runs_where_returned(self, other: Event) -> bool:
+        """The event runs past a statement one of whose arms holds `other` and returns (values.Arms):
+        in a call where `other` runs, this does not; where that arm is not taken, this may."""
+        theirs = dict(other.arms)
+        return any(type(arm) is frozenset and theirs.get(branching) in arm for branching, arm in self.arms)
 
     def on_every_path_to(self, other: Event) -> bool:
         """The event runs wherever `other` runs: it sits in no arm of a branching statement (`if`,
@@ -234,6 +242,16 @@ class Event:
         return (any(target.is_within(module) for target in self.targets)
                 or any(ref.root == module.root for ref in self.arg_refs())
                 or any(owner.is_within(module) for value in itertools.chain(self.args, self.kwargs.values()) for owner in value.params_of))
+
+
+def _apart(arm: int | frozenset[int], other: int | frozenset[int]) -> bool:
+    """Two arms of one branching statement that never run in one call: two different arms, or an arm
+    and the code past the statement where that arm returned (values.Arms)."""
+    if type(arm) is int and type(other) is int:
+        return arm != other
+    if type(arm) is int:
+        return arm in other
+    return type(other) is int and other in arm
 
 
 def _fold(test: cst.CSTNode, holds: bool) -> tuple[cst.CSTNode, bool]:

@@ -293,6 +293,23 @@ def exits_block(suite: cst.CSTNode) -> bool:
         or type(last) is cst.Expr and type(last.value) is cst.Call and dotted_name(last.value.func) in _ENDS_PROCESS
 
 
+def leaves_a_loop(suite: cst.CSTNode) -> bool:
+    """The block holds a `break` or `continue` of a loop around it (not of a loop inside it): a path
+    through it may leave it without returning. An `else:` clause or an `elif` is read as its blocks."""
+    if type(suite) is cst.Else:
+        suite = suite.body
+    for statement in [suite] if type(suite) is cst.If else statements_of(suite):
+        if type(statement) is cst.SimpleStatementLine:
+            if any(type(small) in (cst.Break, cst.Continue) for small in statement.body):
+                return True
+        elif type(statement) in (cst.For, cst.While):
+            if statement.orelse is not None and leaves_a_loop(statement.orelse.body):
+                return True
+        elif type(statement) not in (cst.FunctionDef, cst.ClassDef) and any(map(leaves_a_loop, suites_of(statement))):
+            return True
+    return False
+
+
 def no_statements() -> None:
     """An arm with no statements: an `if` without `else`."""
 

@@ -30,8 +30,11 @@ RANK_COUNT = "count"  # an iterable whose length is such a number: `range(n + ra
 # divides evenly: `data[rank::world_size]`, `chunks[rank]`, `range(rank, n, world_size)`. Parts cut at
 # bounds both computed from the rank (`data[rank * k:(rank + 1) * k]`) are of one length: not one.
 RANK_PART = "part"
-# For each branching statement around a node: ((the inlined call's prefix, id of the statement), which arm).
-Arms = tuple[tuple[tuple[str, int], int], ...]
+# For each branching statement around a node: ((the inlined call's prefix, id of the statement), which
+# arm); or, for code past a branching statement some of whose arms return (`except StopIteration:
+# return None`), the arms it never runs after, as a frozenset: it runs in the same call only where
+# none of those ran (Walker.branches). Only `Event.exclusive` reads the second kind.
+Arms = tuple[tuple[tuple[str, int], int | frozenset[int]], ...]
 
 
 # Steps of a Ref's path: `[]` is any one element (`model.layers[i]`, `m` in `model.children()`); `*`

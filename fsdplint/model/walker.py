@@ -61,6 +61,7 @@ from fsdplint.model.syntax import (
     else_arm_exits,
     environment_variable,
     exits_block,
+    leaves_a_loop,
     falsy_defaults,
     integer_literal,
     is_group_range,
@@ -263,21 +264,31 @@ class Walker:
         """One branching statement in one pass: each inlined call and each unrolled loop pass is its own."""
         return self.prefix + self.passes, id(branching)
 
-    def branches(self, branching: cst.CSTNode, arms: Iterable[tuple[Callable[[], None], bool]], rank_test: RankGuard | None = None) -> None:
+    def branches(self, branching: cst.CSTNode, arms: Iterable[tuple[Callable[[], None], bool, cst.CSTNode | None]],
+                 rank_test: RankGuard | None = None) -> None:
         """Walks the exclusive arms of `branching` in order, each from the same bindings (each arm a
-        `walk` and whether it exits the block), then joins what the arms that fall through bound.
-        With `rank_test` (the guard of the body of an `if` on the rank), a name the two arms bind to
-        `True` and `False` is a flag that holds where the arm that set it `True` runs."""
-        start, reaching = self.env, []
-        for number, (walk, exits) in enumerate(arms):
+        `walk`, whether it exits the block, and its block), then joins what the arms that fall through
+        bound. The code past the statement, to the end of the function, never runs after an arm that
+        returned on every path: it carries that (values.Arms), and what the arms that fall through
+        carry. With `rank_test` (the guard of the body of an `if` on the rank), a name the two arms
+        bind to `True` and `False` is a flag that holds where the arm that set it `True` runs."""
+        start, reaching, returned, carried = self.env, [], [], ()
+        for number, (walk, exits, suite) in enumerate(arms):
             self.env = dict(start)
             with self.arm(branching, number):
+                inside = len(self.arms)
                 walk()
+                passed = _returned_past(self.arms[inside:])
             if not exits and not self.path_ended:
                 reaching.append((number, self.env))
+                carried += tuple(arm for arm in passed if arm not in carried)
+            elif self.path_ended and suite is not None and not leaves_a_loop(suite):
+                returned.append(number)
             self.path_ended = False
         self.env = self.join([env for _, env in reaching]) if reaching else start
         self.path_ended = not reaching
+        if reaching:
+            self.arms += carried + (((self.arm_key(branching), frozenset(returned)),) if returned else ())
         if rank_test is not None and len(reaching) == 2:
             test, holds = rank_test.condition()
             for key, value in self.env.items():
@@ -350,7 +361,8 @@ class Walker:
                 if body_exits != else_exits:
                     self.arms += ((self.arm_key(statement), 0 if else_exits else 1),)
                     self.facts += self.facts_of(statement.test, else_exits)
-            self.rank_guards, self.arms, self.facts = saved, saved_arms, saved_facts
+            # What the block returned past holds past the block, to the end of the function (Walker.branches).
+            self.rank_guards, self.arms, self.facts = saved, saved_arms + _returned_past(self.arms[len(saved_arms):]), saved_facts
         elif type(suite) is cst.SimpleStatementSuite:
             # `if x: a(); b()`: the compound statement holds them; `def f(): a()`: the def itself.
             holder, outer = (parents[-1], parents[:-1]) if parents else (self.function.node, ())
@@ -387,8 +399,8 @@ class Walker:
 
             # A test known true or false takes one arm; a path that ends in its arm (`return`, `raise`)
             # brings nothing to what follows.
-            self.branches(node, [(body, exits_block(node.body)) if truth is not False else (no_statements, True),
-                                 (orelse, else_arm_exits(node)) if truth is not True else (no_statements, True)],
+            self.branches(node, [(body, exits_block(node.body), node.body) if truth is not False else (no_statements, True, None),
+                                 (orelse, else_arm_exits(node), node.orelse) if truth is not True else (no_statements, True, None)],
                           RankGuard(node, GUARD_BODY, self.file, self.chain, test.equivalent) if test and test.when_true and test.when_false else None)
             return test
         elif type(node) is cst.For:
@@ -465,19 +477,24 @@ class Walker:
             self.contexts = saved_contexts
         elif type(node) in (cst.Try, cst.TryStar):
             # A handler runs after part of the body: it is no arm apart from the body, only from the
-            # other handlers and the `else`.
+            # other handlers and the `else`; nor from what the body returned past.
+            before = self.arms
             self.walk_suite(node.body, inner)
             self.path_ended = False  # a handler may run after part of the body
-            arms = [(lambda handler=handler: self.walk_suite(handler.body, inner), exits_block(handler.body)) for handler in node.handlers]
-            self.branches(node, arms + [(lambda: self.walk_suite(node.orelse.body, inner) if node.orelse else None, False)])
+            self.arms = before
+            arms = [(lambda handler=handler: self.walk_suite(handler.body, inner), exits_block(handler.body), handler.body) for handler in node.handlers]
+            self.branches(node, arms + [(lambda: self.walk_suite(node.orelse.body, inner) if node.orelse else None, False, None)])
             if node.finalbody:
-                self.path_ended = False  # `finally` runs on every path
+                self.path_ended = False  # `finally` runs on every path, after the arms that returned too
+                passed, self.arms = self.arms[len(before):], before
                 self.walk_suite(node.finalbody.body, inner)
+                self.arms += passed
             self.path_ended = False
         elif type(node) is cst.Match:
             self.expr(node.subject, node, parents)
             # Without a catch-all case, no case may match: a last arm that does nothing.
-            self.branches(node, [(lambda case=case: self.walk_suite(case.body, inner), exits_block(case.body)) for case in node.cases] + [(no_statements, False)])
+            self.branches(node, [(lambda case=case: self.walk_suite(case.body, inner), exits_block(case.body), case.body) for case in node.cases]
+                          + [(no_statements, False, None)])
 
     def record_loop(self, node: cst.For | cst.While, iterable: Value | None, first: int, parents: tuple[cst.CSTNode, ...]) -> None:
         self.flow.loops.append(Loop(node, iterable, self.file, self.function, self.chain, first, len(self.flow.events),
@@ -1250,7 +1267,7 @@ class Walker:
         """Calls one of `callees`: each in an arm of its own, which of them not known."""
         if len(callees) == 1:
             return self.inline(callees[0], node, args, kwargs, Value(), statement, parents)
-        self.branches(node, [(lambda callee=callee: self.inline(callee, node, args, kwargs, Value(), statement, parents), False) for callee in callees])
+        self.branches(node, [(lambda callee=callee: self.inline(callee, node, args, kwargs, Value(), statement, parents), False, None) for callee in callees])
         return Value()
 
     def decorator_wrapper(self, callee: FunctionInfo) -> tuple[FunctionInfo, str] | None:
@@ -1389,7 +1406,10 @@ class Walker:
         if value.constant == "None":
             self.none_under_rank_test |= len(self.rank_guards) > self.entry_rank_guards
         else:
-            self.object_returned |= value.ref is not None or value.event is not None or value.elements is not None
+            # An element of a container may be None itself (RLLaVA's `shards[rank]` of `[None] * world_size`,
+            # filled on rank 0 and broadcast): only an object known to be one makes the None rank's own.
+            self.object_returned |= value.element is None and not (value.ref and ANY_ELEMENT in value.ref.path) and \
+                (value.ref is not None or value.event is not None or value.elements is not None)
 
     def emit(self, kind: EventKind, node: cst.CSTNode, statement: cst.CSTNode, parents: tuple, **fields) -> Event:
         event = Event(kind, node, self.file, statement, parents, self.chain, function=self.function, outer=self.outer,
@@ -1400,6 +1420,11 @@ class Walker:
 
 
 _NEGATED = {"True": "False", "False": "True"}
+
+
+def _returned_past(arms: Arms) -> Arms:
+    """Of the arms a walk added, those that mark code past a statement some of whose arms returned."""
+    return tuple(arm for arm in arms if type(arm[1]) is frozenset)
 
 
 def _truth_test(value: Value) -> RankTest | None:
