@@ -327,3 +327,6 @@ GRADIENT_FREE_CONTEXTS = frozenset({"torch.no_grad", "torch.inference_mode", "to
                                     "torch.autograd.grad_mode.inference_mode"})
 # Progress bars that iterate what they are given, as it is.
 PROGRESS_BARS = frozenset({"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm"})
+# A copy of an object: built by what built the original, holding what it holds (a loader's copy, its
+# sampler and that sampler's epoch), a new object of its own.
+COPIES = frozenset({"copy.deepcopy", "copy.copy"})

@@ -372,15 +372,16 @@ def _within_function(event: Event, statement: cst.CSTNode) -> cst.CSTNode | None
 
 
 def iterates(value: Value | None, ref: Ref) -> bool:
-    """Whether looping over `value` loops over `ref` (a data loader): itself, `enumerate(ref)` or a
-    progress bar around it (`tqdm(loader)`)."""
+    """Whether looping over `value` loops over `ref` (a data loader): itself, `enumerate(ref)`, a
+    progress bar around it (`tqdm(loader)`) or a copy of it (`copy.deepcopy(loader)`: the same sampler
+    at the same epoch)."""
     from fsdplint.model import CALL
 
     while value is not None:
         if any(mine is not None and mine.root == ref.root and mine.path == ref.path for mine in (value.ref, value.iterates)):
             return True
         made = value.event
-        if made is None or made.kind != CALL or made.qname not in distributed.PROGRESS_BARS or not made.args:
+        if made is None or made.kind != CALL or made.qname not in distributed.PROGRESS_BARS | distributed.COPIES or not made.args:
             return False
         value = made.args[0]
     return False
@@ -389,8 +390,8 @@ def iterates(value: Value | None, ref: Ref) -> bool:
 def handed_over(events: list[Event], roots: set[str]) -> Event | None:
     """The first of `events` that hands a value of `roots` to code fsdplint does not follow (a method
     of a framework's object, a function of a library): what that code does with it is not known.
-    torch's functions, builtins, progress bars and the calls the model followed (a method of the run,
-    whose events are among `events`) do not count."""
+    torch's functions, builtins, progress bars, copies and the calls the model followed (a method of
+    the run, whose events are among `events`) do not count."""
     from fsdplint.model import CALL, CALL_VALUE, ENTER, METHOD
     from fsdplint.model.names import BUILTINS
 
@@ -400,7 +401,8 @@ def handed_over(events: list[Event], roots: set[str]) -> Event | None:
         if event.kind not in (CALL, METHOD, CALL_VALUE) or id(event.node) in followed \
                 or not any(ref.root in roots and ref.path[:1] != ("[]",) for ref in event.arg_refs()):
             continue
-        if event.kind == CALL and (distributed.is_torch_name(event.qname or "") or event.qname in BUILTINS or event.qname in distributed.PROGRESS_BARS):
+        if event.kind == CALL and (distributed.is_torch_name(event.qname or "") or event.qname in BUILTINS or event.qname in distributed.PROGRESS_BARS
+                                   or event.qname in distributed.COPIES):
             continue
         return event
     return None

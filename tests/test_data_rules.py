@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from fsdplint.api import check_source, fix_source
 
 HEADER = """
@@ -133,6 +135,28 @@ def test_sampler_epoch_forms():
     assert lines(source, "FSDP311") == [13]
     text = textwrap.dedent(HEADER) + textwrap.dedent(source)
     assert fix_source(text, select=["FSDP311"]) == text  # a `while` loop has no variable for the epoch
+
+
+@pytest.mark.parametrize("first, iterated, expected", [
+    # SaltyPeppermint/toothless: a copy of the loader each epoch holds a copy of its sampler, at the
+    # epoch the original's is at (never set: 0).
+    ("pass", "copy.deepcopy(loader)", [6]),
+    ("pass", "copy.copy(loader)", [6]),
+    # Near miss: the original's epoch set first, which the copy then holds.
+    ("loader.sampler.set_epoch(epoch)", "copy.deepcopy(loader)", []),
+])
+def test_a_copy_of_the_loader_iterates_as_the_loader_does(first, iterated, expected):
+    source = f"""
+    import copy
+    def train(model, dataset):
+        sampler = DistributedSampler(dataset)
+        loader = DataLoader(dataset, sampler=sampler)
+        for epoch in range(3):
+            {first}
+            for x in {iterated}:
+                model(x).sum().backward()
+    """
+    assert lines(source, "FSDP311") == expected
 
 
 def test_an_evaluation_loop_under_no_grad_needs_no_new_order():

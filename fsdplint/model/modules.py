@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
 
+from fsdplint import distributed
 from fsdplint.model.events import CALL, CALL_VALUE, METHOD, SHARD, WRAP
 from fsdplint.model.names import dotted_name
 from fsdplint.model.syntax import decorator_name, nodes_under
@@ -56,7 +57,7 @@ def holds_no_blocks(flow: Flow, ref: Ref, before: int) -> bool:
     for call, event in _calls_bound(flow, Ref(ref.root), before):
         file = event.file
         qualified = file.qualify(call.func)
-        if qualified in ("copy.deepcopy", "copy.copy") and call is event.node and event.args and event.args[0].ref:
+        if qualified in distributed.COPIES and call is event.node and event.args and event.args[0].ref:
             return holds_no_blocks(flow, event.args[0].ref, event.index)  # a copy holds what the original holds
         if qualified == "torch.nn.Sequential":
             return bool(call.args) and all(arg.keyword is None and not arg.star and type(arg.value) is cst.Call and is_layer(file.qualify(arg.value.func))

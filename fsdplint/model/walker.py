@@ -753,7 +753,7 @@ class Walker:
     def record_origin(self, root: str, event: Event | None) -> None:
         if event is None or event.kind not in (CALL, METHOD, CALL_VALUE, META):
             return
-        if event.kind == CALL and event.qname in ("copy.deepcopy", "copy.copy") and event.args and event.args[0].ref:
+        if event.kind == CALL and event.qname in distributed.COPIES and event.args and event.args[0].ref:
             # A copy is built by what built the original.
             self.flow.consulted.append(event.args[0].ref.root)
             built_by = self.flow.constructed.get(event.args[0].ref.root)
