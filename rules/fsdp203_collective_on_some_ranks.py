@@ -125,9 +125,11 @@ def _other_arm_calls_unseen_code(flow, event, guard) -> bool:
     reporting (`logger.info`) and common methods are seen."""
     from fsdplint import distributed
     from fsdplint.model import CALL, CALL_VALUE, METHOD
+    from fsdplint.model.events import arms_apart
     from fsdplint.model.names import BUILTINS
 
-    arm = next(((key, number) for key, number in event.arms if key[1] == id(guard.node)), None)
+    # The arm of the guard's `if` the event is in (not the mark of code past it, values.Arms).
+    arm = next(((key, number) for key, number in event.arms if key[1] == id(guard.node) and type(number) is int), None)
     test, holds = guard.condition()
 
     def unseen(other) -> bool:
@@ -142,7 +144,7 @@ def _other_arm_calls_unseen_code(flow, event, guard) -> bool:
 
     def elsewhere(other) -> bool:
         """In another arm of the guard's `if`, or under the opposite test (`if rank == 0: serve() elif rank > 0: ...`)."""
-        return (arm is not None and any(key == arm[0] and number != arm[1] for key, number in other.arms)
+        return (arm is not None and any(key == arm[0] and arms_apart(number, arm[1]) for key, number in other.arms)
                 or any(their.condition() == (test, not holds) for their in other.rank_guards))
 
     return any(unseen(other) for other in flow.events if other.rank_guards or other.arms if elsewhere(other))

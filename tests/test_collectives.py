@@ -828,3 +828,25 @@ def test_a_collective_in_an_arm_that_returns_is_matched_by_the_one_past_it(leave
             dist.broadcast_object_list(shards, src=0)
             return shards[dist.get_rank()]
     """) == expected
+
+
+def test_code_past_an_early_return_is_the_rank_guards_own_arm():
+    """Gaolingx/open-r1's `export_configured_model`: past `if full_state_dict is None: return`, the
+    rest of the function (a library's `save_pretrained`, then the barrier) is one arm of that `if`,
+    the one the guard's ranks take, not another arm where the other ranks might reach a collective."""
+    assert lines("""
+    def gathered(model):
+        sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if dist.is_initialized():
+            if dist.get_rank() == 0:
+                return sd
+            return None
+        return sd
+
+    def export(model, path):
+        sd = gathered(model)
+        if sd is None:
+            return
+        model.save_pretrained(path, state_dict=sd)
+        dist.barrier()
+    """) == [15]

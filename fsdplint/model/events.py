@@ -205,12 +205,12 @@ class Event:
         mine: dict = {}
         for branching, arm in self.arms:
             mine.setdefault(branching, []).append(arm)
-        return any(_apart(arm, theirs) for branching, theirs in other.arms for arm in mine.get(branching, ()))
+        return any(arms_apart(arm, theirs) for branching, theirs in other.arms for arm in mine.get(branching, ()))
 
     def runs_where_returned(self, other: Event) -> bool:
         """The event runs past a statement one of whose arms holds `other` and returns (values.Arms):
         in a call where `other` runs, this does not; where that arm is not taken, this may."""
-        theirs = dict(other.arms)
+        theirs = {branching: arm for branching, arm in other.arms if type(arm) is int}
         return any(type(arm) is frozenset and theirs.get(branching) in arm for branching, arm in self.arms)
 
     def on_every_path_to(self, other: Event) -> bool:
@@ -244,7 +244,7 @@ class Event:
                 or any(owner.is_within(module) for value in itertools.chain(self.args, self.kwargs.values()) for owner in value.params_of))
 
 
-def _apart(arm: int | frozenset[int], other: int | frozenset[int]) -> bool:
+def arms_apart(arm: int | frozenset[int], other: int | frozenset[int]) -> bool:
     """Two arms of one branching statement that never run in one call: two different arms, or an arm
     and the code past the statement where that arm returned (values.Arms)."""
     if type(arm) is int and type(other) is int:
