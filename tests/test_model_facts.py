@@ -1475,8 +1475,9 @@ def test_a_library_call_takes_the_keywords_of_a_dict_written_out():
 def test_a_dict_written_out_passes_its_entries_as_keywords():
     """tiny-grpo: `training_config = {"num_iterations": 1, ...}; train(loader, **training_config)`. The
     parameter holds 1, and a parameter not in the dict keeps its default. Near misses: a dict changed
-    after it was written (`d[k] = v`, `d.update(...)`, handed to a function), and `**kwargs` the model
-    does not know, where no default is trusted either."""
+    after it was written (`d[k] = v`, `d.update(...)`, handed to a function), also on one path only
+    (`if resume: d[k] = v`, where the last path walked is the one that left it as written), and
+    `**kwargs` the model does not know, where no default is trusted either."""
     program = program_of("""
     def train(num_iterations, shuffle=True):
         range(num_iterations)
@@ -1494,6 +1495,11 @@ def test_a_dict_written_out_passes_its_entries_as_keywords():
         config = {"num_iterations": 1}
         config.update(other)
         train(**config)
+    def on_one_path(resume):
+        config = {"num_iterations": 1}
+        if resume:
+            config["shuffle"] = False
+        train(**config)
     def handed():
         config = {"num_iterations": 1}
         alias = config
@@ -1510,7 +1516,7 @@ def test_a_dict_written_out_passes_its_entries_as_keywords():
         return [event.args[0].constant for event in flow_of(program, name).events
                 if type(event.node) is cst.Call and model.dotted_name(event.node.func) in ("range", "log")]
     assert given("literal") == ["1", "True"] and given("called") == ["1", "False"] and given("read") == ["1", "True"]
-    assert given("assigned") == given("updated") == given("handed") == given("unknown") == [None, None]
+    assert given("assigned") == given("updated") == given("on_one_path") == given("handed") == given("unknown") == [None, None]
 
 
 def test_a_torch_dtype_is_known_through_names_tables_and_tests():

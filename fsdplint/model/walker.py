@@ -321,6 +321,10 @@ class Walker:
             if len({value.ref for value in values}) == 1:
                 # the same object on every path (`model = FSDP(model)` in one arm): the last arm's value
                 last = joined.get(key)
+                if last is not None and last.entries is not None and any(value.entries is not last.entries for value in values):
+                    # A dict changed on some paths only (`if resume: kwargs["sync_module_states"] = True`):
+                    # what `f(**kwargs)` passes is not known.
+                    last = joined[key] = replace(last, entries=None)
                 if last is not None and last.rank is None and len(ranks) == 1:
                     joined[key] = replace(last, rank=next(iter(ranks)))
                 continue
