@@ -62,9 +62,10 @@ class RootOnlySharding(Rule):
                 root = event.target
                 if root.is_submodule or not flow.has_local_provenance(root):
                     continue
-                # A sub-module sharded: `model.layers[i]`, one taken from the model (`get_submodule`), or
-                # one of several parts the paths gave a name (`layers = model.model.layers if te else model.layers`).
-                if any(t.root == root.root and t.is_submodule or t.root != root.root and root.root in flow.derived_from.get(t.root, ())
+                # A sub-module sharded: `model.layers[i]`, one taken from the model (`get_submodule`, or
+                # through lists: modelscope/twinkle's `(layer, experts)` pairs of the layers a helper found
+                # in the model), or one of several parts the paths gave a name (`layers = model.model.layers if te else model.layers`).
+                if any(t.root == root.root and t.is_submodule or t.root != root.root and root.root in flow.computed_from(t.root)
                        for other in shards for target in other.targets for t in flow.alternatives(target)):
                     continue
                 if flow.escapes(root, 0, event.index) or is_leaf_or_part(flow, root, shards, event) or forwardless_container(flow, event):

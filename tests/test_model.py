@@ -456,6 +456,27 @@ def test_modules_collected_from_a_model_into_a_list_are_its_units():
     assert codes(source.replace("modules.append(module)", "modules.append(Block())"), ["FSDP101"]) == [(11, "FSDP101")]
 
 
+def test_modules_paired_in_tuples_from_a_list_taken_from_the_model_are_its_units():
+    # modelscope/twinkle's NativeFSDPStrategy: the layers a helper finds in the model, paired with
+    # their experts in tuples, each layer sharded, then the root. Near miss: pairs of new blocks.
+    source = """
+    from torch.distributed.fsdp import fully_shard
+
+    def decoder_layers(model):
+        return [m for m in model.modules() if m.__class__.__name__ in names]
+
+    model = Net()
+    pairs = []
+    for layer in decoder_layers(model):
+        pairs.append((layer, None))
+    for layer, experts in pairs:
+        fully_shard(layer)
+    fully_shard(model)
+    """
+    assert codes(source, ["FSDP101"]) == []
+    assert (13, "FSDP101") in codes(source.replace("pairs.append((layer, None))", "pairs.append((Block(), None))"), ["FSDP101"])
+
+
 def test_a_rank_within_a_group_is_not_the_global_rank():
     source = """
     import torch

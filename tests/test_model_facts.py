@@ -234,6 +234,20 @@ def test_code_past_an_arm_that_returns_never_runs_after_it_to_the_end_of_the_fun
     assert not any(other.exclusive(d) for other in (e, f, g, h, i))
 
 
+def test_a_list_holding_tuples_of_modules_comes_from_them():
+    """`pairs.append((layer, experts))`: the list's elements come from what the tuple holds (a tuple's
+    or a list's elements are read as a set's are)."""
+    flow = flow_of(program_of("""
+    def main(model, experts):
+        pairs = []
+        for layer in model.layers:
+            pairs.append((layer, experts))
+        groups = []
+        groups.append([model.head])
+    """), "main")
+    assert flow.derived_from["pairs"] == {"model", "experts"} and flow.derived_from["groups"] == {"model"}
+
+
 def test_branches_that_build_the_model_differently_join_into_a_new_value():
     flow = flow_of(program_of("""
     from torch.distributed.fsdp import fully_shard

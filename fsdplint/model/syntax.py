@@ -385,7 +385,7 @@ def subexpressions(node: cst.CSTNode) -> list[cst.CSTNode]:
         return [node.test, node.body, node.orelse]
     if type(node) is cst.Dict:
         return [part for element in node.elements for part in ((element.key, element.value) if type(element) is cst.DictElement else (element.value,))]
-    if type(node) is cst.Set:
+    if type(node) in (cst.Set, cst.Tuple, cst.List):
         return [element.value for element in node.elements]
     if type(node) is cst.FormattedString:
         return [part.expression for part in node.parts if type(part) is cst.FormattedStringExpression]
