@@ -371,14 +371,14 @@ def _within_function(event: Event, statement: cst.CSTNode) -> cst.CSTNode | None
     return None if event.function is not None and statement is event.function.node else statement
 
 
-def iterates(value: Value | None, ref: Ref) -> bool:
+def iterates(flow: Flow, value: Value | None, ref: Ref) -> bool:
     """Whether looping over `value` loops over `ref` (a data loader): itself, `enumerate(ref)`, a
-    progress bar around it (`tqdm(loader)`) or a copy of it (`copy.deepcopy(loader)`: the same sampler
-    at the same epoch)."""
+    progress bar around it (`tqdm(loader)`) or a copy of it (`copy.deepcopy(loader)`, also handed to
+    a function as its loader: the same sampler at the same epoch)."""
     from fsdplint.model import CALL
 
     while value is not None:
-        if any(mine is not None and mine.root == ref.root and mine.path == ref.path for mine in (value.ref, value.iterates)):
+        if any(mine is not None and (mine == ref or not mine.path and flow.copies.get(mine.root) == ref) for mine in (value.ref, value.iterates)):
             return True
         made = value.event
         if made is None or made.kind != CALL or made.qname not in distributed.PROGRESS_BARS | distributed.COPIES or not made.args:

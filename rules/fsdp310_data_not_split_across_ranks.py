@@ -91,7 +91,7 @@ class DataNotSplitAcrossRanks(Rule):
         kind = _map_style(program, made) if made is not None else None
         if kind is None or _per_process(made):
             return None
-        loops = [loop for loop in flow.loops if loop.first > loader.index and loop.iterable is not None and _iterates_loader(loop.iterable, loader)]
+        loops = [loop for loop in flow.loops if loop.first > loader.index and loop.iterable is not None and _iterates_loader(flow, loop.iterable, loader)]
         training = next((loop for loop in loops if any(is_backward(event) for event in loop.body(flow))), None)
         if training is None:
             return None
@@ -112,10 +112,10 @@ class DataNotSplitAcrossRanks(Rule):
                        related=(at(made, "dataset built here"), at(model[0], f"{model[1]} here")))
 
 
-def _iterates_loader(value, loader) -> bool:
+def _iterates_loader(flow, value, loader) -> bool:
     from fsdplint.rulekit import iterates
 
-    return value.event is loader or (loader.binding is not None and iterates(value, loader.binding))
+    return value.event is loader or (loader.binding is not None and iterates(flow, value, loader.binding))
 
 
 def _per_process(event) -> bool:

@@ -83,7 +83,7 @@ class SamplerEpochNotSet(Rule):
         from fsdplint.rulekit import at, handed_over, iterates, rebound
 
         # An evaluation loop (`with torch.no_grad():`) trains on nothing: the order of its batches does not matter.
-        passes = [loop for loop in flow.loops if loop.iterable is not None and iterates(loop.iterable, loader.binding)
+        passes = [loop for loop in flow.loops if loop.iterable is not None and iterates(flow, loop.iterable, loader.binding)
                   and loop.first > loader.index and loop.computes_gradients()]
         roots = {ref.root for ref in (sampler.binding, loader.binding) if ref is not None}
         for inner in passes:

@@ -159,6 +159,29 @@ def test_a_copy_of_the_loader_iterates_as_the_loader_does(first, iterated, expec
     assert lines(source, "FSDP311") == expected
 
 
+@pytest.mark.parametrize("handed, expected", [
+    # SaltyPeppermint/toothless: `train(rank, model, copy.deepcopy(train_dataloader), optimizer)` in
+    # each epoch; the helper iterates its parameter.
+    ("copy.deepcopy(loader)", [9]),
+    # Near misses: a copy of a loader whose sampler does not shuffle; the original's epoch set first.
+    ("copy.deepcopy(ordered)", []),
+    ("(loader.sampler.set_epoch(epoch), copy.deepcopy(loader))[1]", []),
+])
+def test_a_copy_of_the_loader_handed_to_a_function_iterates_as_the_loader_does(handed, expected):
+    source = f"""
+    import copy
+    def run(model, loader):
+        for x in loader:
+            model(x).sum().backward()
+    def train(model, dataset):
+        loader = DataLoader(dataset, sampler=DistributedSampler(dataset))
+        ordered = DataLoader(dataset, sampler=DistributedSampler(dataset, shuffle=False))
+        for epoch in range(3):
+            run(model, {handed})
+    """
+    assert lines(source, "FSDP311") == expected
+
+
 def test_an_evaluation_loop_under_no_grad_needs_no_new_order():
     # bionemo-framework: the validation loader is iterated under `torch.no_grad()` in every epoch.
     source = """

@@ -248,6 +248,22 @@ def test_a_list_holding_tuples_of_modules_comes_from_them():
     assert flow.derived_from["pairs"] == {"model", "experts"} and flow.derived_from["groups"] == {"model"}
 
 
+def test_a_copy_knows_what_it_copies():
+    """`copy.deepcopy(loader)` bound to a name, or handed to a function as its parameter, holds a copy
+    of `loader` (SaltyPeppermint/toothless). Near miss: a library's function given the loader."""
+    flow = flow_of(program_of("""
+    import copy
+    def use(loader):
+        for x in loader:
+            pass
+    def main(loader):
+        twin = copy.deepcopy(loader)
+        use(copy.copy(loader))
+        other = make(loader)
+    """), "main")
+    assert flow.copies == {"twin": model.Ref("loader"), "use@1:loader": model.Ref("loader")}
+
+
 def test_branches_that_build_the_model_differently_join_into_a_new_value():
     flow = flow_of(program_of("""
     from torch.distributed.fsdp import fully_shard

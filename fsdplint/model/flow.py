@@ -88,6 +88,7 @@ class Write(enum.Enum):
     ASSERTED_RANK = enum.auto()  # asserted_ranks.add(scope)
     TYPE_TESTED = enum.auto()  # type_tested.add(id of an `if` whose test is a Value.type_test)
     JOINED = enum.auto()  # joined[root] = the refs it is one of
+    COPIED = enum.auto()  # copies[root] = the ref of the object it is a copy of
 
 
 class Flow:
@@ -112,6 +113,8 @@ class Flow:
         # root -> the objects each path gave a name where paths meet (`if resume: model = load(...) else:
         # model = FSDP(...)`): the name's new value there is one of them
         self.joined: dict[str, tuple[Ref, ...]] = {}
+        # root -> the object it holds a copy of (`copy.deepcopy(train_dataloader)` handed to `train(loader)`)
+        self.copies: dict[str, Ref] = {}
         self._by_kind: dict[str, list[Event]] = {}  # the events, by kind, up to _indexed
         self._indexed = 0
         self.steps = 0  # expressions evaluated, against FLOW_BUDGET
@@ -178,6 +181,8 @@ class Flow:
             self.type_tested.add(key)
         elif kind is Write.JOINED:
             self.joined[key] = value
+        elif kind is Write.COPIED:
+            self.copies[key] = value
         self.writes.append((kind, key, value))
 
     @property

@@ -339,6 +339,8 @@ class Copier:
             return kind, self.event(key), self.refs(value)
         if kind is Write.OPTIMIZER_BINDING:
             return kind, self.ref(key), value
+        if kind is Write.COPIED:
+            return kind, self.root(key), self.ref(value)
         if kind is Write.JOINED:
             return kind, self.root(key), self.refs(value)
         if kind in (Write.DERIVED, Write.DERIVED_MORE):

@@ -758,11 +758,12 @@ class Walker:
         if event is None or event.kind not in (CALL, METHOD, CALL_VALUE, META):
             return
         if event.kind == CALL and event.qname in distributed.COPIES and event.args and event.args[0].ref:
-            # A copy is built by what built the original.
+            # A copy is built by what built the original, and holds what it holds.
             self.flow.consulted.append(event.args[0].ref.root)
             built_by = self.flow.constructed.get(event.args[0].ref.root)
             if built_by:
                 self.flow.write(Write.CONSTRUCTED, root, built_by[-1])
+            self.flow.write(Write.COPIED, root, event.args[0].ref)
             return  # a new object, no part of the original
         elif event.kind in (CALL, META) and event.qname:
             self.flow.write(Write.CONSTRUCTED, root, event)
