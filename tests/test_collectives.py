@@ -681,6 +681,23 @@ def test_the_state_dict_of_an_fsdp1_module_that_shards_nothing_gathers_nothing()
     """) == [14, 16]
 
 
+def test_the_state_dict_of_the_module_an_fsdp1_wrap_holds_runs_no_hook_of_the_wrap():
+    """ChenYuHengSJTU/stylegan2-pytorch: `g_module = generator.module` (the module FSDP1 wraps), then
+    `g_module.state_dict()` on rank 0: the wrap's own hooks do not run, and whether units nested in it
+    gather is not known (its size-based policy may have made none). Near miss: the wrap's own."""
+    assert lines("""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    def main(net, policy):
+        generator = FSDP(net, auto_wrap_policy=policy)
+        g_module = generator.module
+        if dist.get_rank() == 0:
+            torch.save(g_module.state_dict(), "g.pt")
+            torch.save(generator.layers.state_dict(), "layers.pt")
+            torch.save(generator.state_dict(), "all.pt")
+    """) == [10]
+
+
 def test_a_full_state_dict_of_a_module_built_here_and_never_sharded_gathers_nothing():
     """templar: on rank 0 only, `ref = Llama(args)` (a plain reference model) and `get_model_state_dict(ref,
     full_state_dict=True)`: its tensors are plain, no other rank takes part (both ranks finish on

@@ -372,8 +372,8 @@ class Flow:
 
         Process-group collectives, `dcp.save/load/async_save`, the state-dict helpers with a full state
         dict (of a module that may be sharded where they run), `DTensor.full_tensor()`, FSDP1's
-        `summon_full_params`/`full_optim_state_dict` and its `state_dict()` under FULL_STATE_DICT (its
-        default), `unshard()` and a forward of a sharded module.
+        `summon_full_params`/`full_optim_state_dict` and the wrapped module's `state_dict()` under
+        FULL_STATE_DICT (its default), `unshard()` and a forward of a sharded module.
         Not one where it runs under an `if` on whether a module or tensor is sharded (`Value.type_test`):
         it runs only where the object is, which is not known (physicsnemo's checkpoint helpers: `if
         is_distributed: barrier()`, true for FSDP models only).
@@ -398,7 +398,10 @@ class Flow:
             if event.method == "unshard" and self.sharding_of(event.target, event.index, fsdp=2):
                 return event.method
             if event.method == "state_dict" and self._fsdp1_full_state_dict(event):
-                wrap = self.sharding_of(event.target, event.index, fsdp=1)
+                # Of the wrapped module itself: its hooks gather. A module inside it (`model.module`,
+                # the module FSDP1 wraps: ChenYuHengSJTU/stylegan2-pytorch) runs only the hooks of the
+                # units nested in it, which the wrap's policy may or may not have made.
+                wrap = self.sharding_of(event.target, event.index, fsdp=1, how=Managed.UNIT)
                 # NO_SHARD: every rank holds whole parameters, and its state dict gathers nothing (checked on 2 CPU ranks)
                 if wrap is not None and not shards_nothing(wrap, event):
                     return event.method
