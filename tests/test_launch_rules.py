@@ -34,6 +34,29 @@ def test_a_global_rank_from_any_source_is_not_a_device_index(rank):
     """) == [(6, "FSDP302")]
 
 
+@pytest.mark.parametrize("test, expected", [
+    # nupurkmr9/npedit: `if global_rank == 0: torch.zeros(..., device=f"cuda:{global_rank}")`: cuda:0,
+    # which every node has. Near misses: another rank (on a second node, cuda:1 may not exist), and the
+    # rank used past the `if` (the rank again there).
+    ("rank == 0", [(10, "FSDP302")]),
+    ("0 == rank", [(10, "FSDP302")]),
+    ("rank == 1", [(8, "FSDP302"), (10, "FSDP302")]),
+])
+def test_the_global_rank_where_a_test_holds_it_at_zero_is_device_zero(test, expected):
+    assert codes(f"""
+    import os
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    if {test}:
+        x = torch.zeros(2, device=f"cuda:{{rank}}")
+    dist.barrier()
+    torch.cuda.set_device(rank)
+    dist.destroy_process_group()
+    """) == expected
+
+
 def test_a_global_rank_asserted_equal_to_the_local_rank_is_the_local_rank():
     """karlstratos/minGPU: `assert rank == local_rank` before `torch.cuda.set_device(rank)`: on a second
     node the assert fails first. Near miss: an assert that says nothing of the local rank."""

@@ -264,6 +264,24 @@ def test_a_copy_knows_what_it_copies():
     assert flow.copies == {"twin": model.Ref("loader"), "use@1:loader": model.Ref("loader")}
 
 
+def test_the_rank_where_a_test_holds_it_at_zero_is_zero():
+    """Under `if rank == 0:` the rank is 0 (a device `f"cuda:{rank}"` there is cuda:0); past the `if`,
+    and under a test of another number, it is the rank."""
+    flow = flow_of(program_of("""
+    import torch.distributed as dist
+    def main():
+        rank = dist.get_rank()
+        if rank == 0:
+            print(f"cuda:{rank}")
+        if rank == 1:
+            print(f"cuda:{rank}")
+        print(f"cuda:{rank}")
+    """), "main")
+    logged = [event.args[0] for event in flow.of_kind(model.CALL) if event.qname == "print"]
+    rank_formatted = "cuda:" + model.UNKNOWN_PART
+    assert [(value.text, value.rank is not None) for value in logged] == [("cuda:0", False), (rank_formatted, True), (rank_formatted, True)]
+
+
 def test_branches_that_build_the_model_differently_join_into_a_new_value():
     flow = flow_of(program_of("""
     from torch.distributed.fsdp import fully_shard

@@ -389,7 +389,14 @@ class Walker:
             def body() -> None:
                 with self.guarded(node, GUARD_BODY, test, bool(test and test.when_true)), self.holding(node.test, True):
                     self.type_tests += value.type_test
+                    pinned, zero = self.rank_pinned_to_zero(node.test), Value(text="0")
+                    if pinned is not None:
+                        # Under `if global_rank == 0:` the rank is 0 (nupurkmr9/npedit's `f"cuda:{global_rank}"`
+                        # there); past the `if`, the rank again, where the body did not bind the name anew.
+                        held, self.env[pinned] = self.env[pinned], zero
                     self.walk_suite(node.body, inner)
+                    if pinned is not None and self.env.get(pinned) is zero:
+                        self.env[pinned] = held
                     self.type_tests -= value.type_test
 
             def orelse() -> None:
@@ -652,6 +659,17 @@ class Walker:
         elif type(node) is cst.Raise:
             for child in node.children:
                 self.expr(child, statement, parents)
+
+    def rank_pinned_to_zero(self, test: cst.CSTNode) -> str | None:
+        """The name of the rank that `test` (`rank == 0`, `0 == self.rank`) holds only where it is 0."""
+        if type(test) is not cst.Comparison or len(test.comparisons) != 1 or type(test.comparisons[0].operator) is not cst.Equal:
+            return None
+        for side, other in ((test.left, test.comparisons[0].comparator), (test.comparisons[0].comparator, test.left)):
+            name = dotted_name(side)
+            held = self.env.get(name) if name is not None else None
+            if held is not None and held.rank is not None and not held.rank.formatted and integer_literal(other) == "0":
+                return name
+        return None
 
     def equal_ranks_asserted(self, test: cst.CSTNode) -> None:
         """`assert rank == local_rank`: past it, the global rank's variable holds the local rank (on a
