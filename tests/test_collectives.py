@@ -867,3 +867,27 @@ def test_code_past_an_early_return_is_the_rank_guards_own_arm():
         model.save_pretrained(path, state_dict=sd)
         dist.barrier()
     """) == [15]
+
+
+@pytest.mark.parametrize("otherwise, expected", [
+    # nanoGPT (banyan-god/llama2.c): `if ddp: master_process = ddp_rank == 0 else: master_process = True`,
+    # the flag first bound in both arms; a forward of the sharded model under it.
+    ("True", [13]),
+    # Near miss: a value of unknown code on the other path, which may differ between ranks as it likes.
+    ("decide()", []),
+])
+def test_a_flag_of_the_rank_bound_in_one_arm_and_a_literal_in_the_other_is_a_guard(otherwise, expected):
+    assert lines(f"""
+    def main(model, ddp, x):
+        if ddp:
+            ddp_rank = int(os.environ["RANK"])
+            master_process = ddp_rank == 0
+        else:
+            master_process = {otherwise}
+        for b in model.layers:
+            fully_shard(b)
+        fully_shard(model)
+        for step in range(10):
+            if master_process:
+                model(x)
+    """) == expected

@@ -325,6 +325,10 @@ class Walker:
                     # A dict changed on some paths only (`if resume: kwargs["sync_module_states"] = True`):
                     # what `f(**kwargs)` passes is not known.
                     last = joined[key] = replace(last, entries=None)
+                if last is not None and last.rank_test is None and len(tests) == 1 and None not in tests:
+                    # The flag of the rank test above, bound in each arm (nanoGPT's `if ddp: master_process =
+                    # ddp_rank == 0 else: master_process = True`): one name, first bound in both arms.
+                    last = joined[key] = replace(last, rank_test=next(iter(tests)), literal=None)
                 if last is not None and last.rank is None and len(ranks) == 1:
                     joined[key] = replace(last, rank=next(iter(ranks)))
                 continue
