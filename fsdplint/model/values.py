@@ -33,7 +33,8 @@ RANK_PART = "part"
 # For each branching statement around a node: ((the inlined call's prefix, id of the statement), which
 # arm); or, for code past a branching statement some of whose arms return (`except StopIteration:
 # return None`), the arms it never runs after, as a frozenset: it runs in the same call only where
-# none of those ran (Walker.branches). Only `Event.exclusive` reads the second kind.
+# none of those ran (Walker.branches). `Event.exclusive` and `Event.runs_where_returned` read the second
+# kind (`events.arms_apart`); elsewhere it is one more arm.
 Arms = tuple[tuple[tuple[str, int], int | frozenset[int]], ...]
 
 
