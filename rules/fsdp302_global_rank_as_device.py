@@ -36,6 +36,8 @@ class GlobalRankAsDevice(Rule):
       known from the program (`f"tcp://{host}:{port}"` with `host` passed `"localhost"`), or the
       default `env://` after `os.environ["MASTER_ADDR"] = "localhost"` on every path to it. A file
       store on a file system that several machines share is the exception this misses;
+    - where `init_process_group` is given `world_size=torch.cuda.device_count()` (or a variable
+      assigned from it): as many processes as this machine has GPUs;
     - in a spawned function that passes its process index as `rank=` and a literal `world_size=`:
       the ranks are the spawned processes' indices;
     - the rank asked of the group (`dist.get_rank()`) in a function a new process runs (`mp.spawn`'s,
@@ -206,7 +208,8 @@ class _OneNode:
         if is_spawned and self.spawned[id(flow.function.node)]:
             return True
         inits = [init for init in flow.of_kind(CALL) if init.qname == distributed.INIT_PROCESS_GROUP]
-        if any(init.on_every_path_to(event) and (_meets_locally(flow, init) or is_spawned and _spawn_index_in_fixed_world(flow, init))
+        if any(init.on_every_path_to(event) and (_meets_locally(flow, init) or _world_of_one_machine(flow, init)
+                                                 or is_spawned and _spawn_index_in_fixed_world(flow, init))
                for init in inits):
             return True
         # A new process has no group but the ones it starts: where each it may have started before the
@@ -222,18 +225,26 @@ def _spawns_whole_job(flow, spawn) -> bool:
     process starts them all, on its machine, as many as it has GPUs or as the code fixes."""
     import libcst as cst
 
-    from fsdplint import distributed
-
     nprocs = spawn.argument(2, "nprocs")
     if nprocs is None:
         return not any(arg.star for arg in spawn.node.args)  # `mp.spawn(fn, **options)` may pass it
-    if type(nprocs[0]) is cst.Integer:
-        return True
-    # The call that made the count: given here, or the one its variable (or the parameter a caller
-    # passed it to) was built by.
-    count = nprocs[1]
-    made_by = count.event.qname if count.event else flow.constructor(count.ref.root, spawn.index) if count.ref else None
+    return type(nprocs[0]) is cst.Integer or _counts_devices(flow, nprocs[1], spawn.index)
+
+
+def _counts_devices(flow, count, before: int) -> bool:
+    """`count` is `torch.cuda.device_count()` (or another accelerator's): the call that made it, given
+    here, or the one its variable (or the parameter a caller passed it to) was built by."""
+    from fsdplint import distributed
+
+    made_by = count.event.qname if count.event else flow.constructor(count.ref.root, before) if count.ref else None
     return made_by in distributed.DEVICE_COUNTS
+
+
+def _world_of_one_machine(flow, init) -> bool:
+    """`init_process_group(..., world_size=torch.cuda.device_count())`: as many processes as this
+    machine has GPUs, which a second machine's processes would outnumber (moonbucks/parallelism_practices)."""
+    world_size = init.argument(3, "world_size")
+    return world_size is not None and _counts_devices(flow, world_size[1], init.index)
 
 
 def _meets_locally(flow, init) -> bool:

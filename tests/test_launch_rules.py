@@ -57,6 +57,28 @@ def test_the_global_rank_where_a_test_holds_it_at_zero_is_device_zero(test, expe
     """) == expected
 
 
+@pytest.mark.parametrize("world, expected", [
+    # moonbucks/parallelism_practices: `world_size = torch.cuda.device_count()` given to
+    # `init_process_group`: as many processes as this machine has GPUs, one node.
+    ("torch.cuda.device_count()", []),
+    ("gpus", []),
+    # Near misses: the world size of the launch, and a number of this machine's CPUs.
+    ('int(os.environ["WORLD_SIZE"])', [(7, "FSDP302")]),
+    ("os.cpu_count()", [(7, "FSDP302")]),
+])
+def test_a_world_of_this_machines_gpus_runs_on_one_node(world, expected):
+    assert codes(f"""
+    import os
+    import torch
+    import torch.distributed as dist
+    gpus = torch.cuda.device_count()
+    rank = int(os.environ["RANK"])
+    torch.cuda.set_device(f"cuda:{{rank}}")
+    dist.init_process_group("nccl", rank=rank, world_size={world})
+    dist.destroy_process_group()
+    """) == expected
+
+
 def test_a_global_rank_asserted_equal_to_the_local_rank_is_the_local_rank():
     """karlstratos/minGPU: `assert rank == local_rank` before `torch.cuda.set_device(rank)`: on a second
     node the assert fails first. Near miss: an assert that says nothing of the local rank."""
