@@ -330,3 +330,5 @@ PROGRESS_BARS = frozenset({"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", 
 # A copy of an object: built by what built the original, holding what it holds (a loader's copy, its
 # sampler and that sampler's epoch), a new object of its own.
 COPIES = frozenset({"copy.deepcopy", "copy.copy"})
+# Calls whose result iterates as their first argument does, and which do nothing else with it.
+ITERATE_AS_GIVEN = PROGRESS_BARS | COPIES

@@ -381,7 +381,7 @@ def iterates(flow: Flow, value: Value | None, ref: Ref) -> bool:
         if any(mine is not None and (mine == ref or not mine.path and flow.copies.get(mine.root) == ref) for mine in (value.ref, value.iterates)):
             return True
         made = value.event
-        if made is None or made.kind != CALL or made.qname not in distributed.PROGRESS_BARS | distributed.COPIES or not made.args:
+        if made is None or made.kind != CALL or made.qname not in distributed.ITERATE_AS_GIVEN or not made.args:
             return False
         value = made.args[0]
     return False
@@ -401,8 +401,7 @@ def handed_over(events: list[Event], roots: set[str]) -> Event | None:
         if event.kind not in (CALL, METHOD, CALL_VALUE) or id(event.node) in followed \
                 or not any(ref.root in roots and ref.path[:1] != ("[]",) for ref in event.arg_refs()):
             continue
-        if event.kind == CALL and (distributed.is_torch_name(event.qname or "") or event.qname in BUILTINS or event.qname in distributed.PROGRESS_BARS
-                                   or event.qname in distributed.COPIES):
+        if event.kind == CALL and (distributed.is_torch_name(event.qname or "") or event.qname in BUILTINS or event.qname in distributed.ITERATE_AS_GIVEN):
             continue
         return event
     return None

@@ -129,8 +129,7 @@ def _other_arm_calls_unseen_code(flow, event, guard) -> bool:
     from fsdplint.model.events import arms_apart
     from fsdplint.model.names import BUILTINS
 
-    # The arm of the guard's `if` the event is in (not the mark of code past it, values.Arms).
-    arm = next(((key, number) for key, number in event.arms if key[1] == id(guard.node) and type(number) is int), None)
+    arm = event.arm_at(guard.node)
     test, holds = guard.condition()
 
     def unseen(other) -> bool:
@@ -155,9 +154,10 @@ def _reached_instead(other, other_name: str, event, name: str, guard) -> bool:
     """`other` is the same collective on a path that excludes `event`'s, outside the guard: the ranks
     the guard keeps out reach it instead (RLLaVA's `dist_batch`: rank 0 broadcasts the end of the
     data and returns under `if is_rank0():`, every rank reaches the broadcast after it otherwise)."""
-    test = guard.condition()
-    return other_name == name and other.runs_where_returned(event) \
-        and not any(theirs.condition() == test for theirs in other.rank_guards)
+    if other_name != name or not other.runs_where_returned(event):
+        return False
+    test = guard.condition()  # written out from the code: asked only of a collective that may match
+    return not any(theirs.condition() == test for theirs in other.rank_guards)
 
 
 def _in_other_branch(event, guard) -> bool:

@@ -207,6 +207,11 @@ class Event:
             mine.setdefault(branching, []).append(arm)
         return any(arms_apart(arm, theirs) for branching, theirs in other.arms for arm in mine.get(branching, ()))
 
+    def arm_at(self, branching: cst.CSTNode) -> tuple[tuple[str, int], int] | None:
+        """The arm of `branching` the event runs in, as `arms` holds it; None where it runs in none (not
+        under it, or past it: the mark of code past a returning arm is no arm of it, values.Arms)."""
+        return next(((key, arm) for key, arm in self.arms if key[1] == id(branching) and type(arm) is int), None)
+
     def runs_where_returned(self, other: Event) -> bool:
         """The event runs past a statement one of whose arms holds `other` and returns (values.Arms):
         in a call where `other` runs, this does not; where that arm is not taken, this may."""
