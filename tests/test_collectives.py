@@ -891,3 +891,26 @@ def test_a_flag_of_the_rank_bound_in_one_arm_and_a_literal_in_the_other_is_a_gua
             if master_process:
                 model(x)
     """) == expected
+
+
+def test_the_state_dict_where_the_fsdp1_test_fails_is_no_collective():
+    """joeyllm/models-magpie: FSDP1's class imported with a fallback (`FSDP = None`), and on rank 0
+    `if FSDP is not None and isinstance(model, FSDP):` gathers under `state_dict_type`, `else:` reads
+    `model.state_dict()`, which runs only for a plain model. Near miss: the wrapped branch (true)."""
+    assert lines("""
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    except ImportError:
+        FSDP = None
+
+    def main(net, policy):
+        model = FSDP(net, auto_wrap_policy=policy)
+        if dist.get_rank() != 0:
+            return
+        use_fsdp = FSDP is not None and isinstance(model, FSDP)
+        if use_fsdp:
+            state = model.state_dict()
+        else:
+            state = model.state_dict()
+        torch.save(state, "model.pt")
+    """) == [13]

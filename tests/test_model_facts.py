@@ -2058,6 +2058,40 @@ def test_a_module_fully_shard_manages_is_no_fsdp1_wrapper():
     assert called == ["nullcontext", "unshard", "summon_full_params", "unknown_one", "unknown_two"]
 
 
+def test_an_fsdp_class_imported_with_a_fallback_is_there_for_its_modules():
+    """joeyllm/models-magpie: `try: from torch.distributed.fsdp import FullyShardedDataParallel as FSDP`
+    `except ImportError: FSDP = None`, then `use_fsdp = FSDP is not None and isinstance(model, FSDP)` of
+    a module the flow wrapped: an object of the class exists only where the import worked, so the test
+    holds and its `else` never runs. Near misses: the same test of a module the model knows nothing of
+    (either arm may run), and `is not None` of another name imported with a fallback (not known)."""
+    program = program_of("""
+    import lib
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from other_lib import helper
+    except ImportError:
+        FSDP = None
+        helper = None
+
+    def main(model, unknown):
+        model = FSDP(model)
+        use_fsdp = FSDP is not None and isinstance(model, FSDP)
+        if use_fsdp:
+            lib.wrapped_one()
+        else:
+            lib.plain_one()
+        if FSDP is not None and isinstance(unknown, FSDP):
+            lib.wrapped_two()
+        else:
+            lib.plain_two()
+        if helper is not None:
+            lib.with_helper()
+    """)
+    main = flow_of(program, "main")
+    called = [event.qname.rsplit(".", 1)[-1] for event in main.events if event.kind == model.CALL and event.qname.startswith("lib.")]
+    assert called == ["wrapped_one", "wrapped_two", "plain_two", "with_helper"]
+
+
 def test_what_built_an_object_is_read_where_it_is_asked():
     """physicsnemo's ViT example: `model = spec.build(...)`, `fully_shard(model)` under `if args.fsdp:`,
     `model = DDP(model, ...)` in the `elif` (the same variable: computed from it), `model =

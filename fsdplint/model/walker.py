@@ -924,7 +924,7 @@ class Walker:
         if type(node) is cst.BooleanOperation:
             left, right = self.expr(node.left, statement, parents), self.expr(node.right, statement, parents)
             operator = "and" if type(node.operator) is cst.And else "or"
-            if operator == "or" and left.constant in ("None", "False"):
+            if operator == "or" and left.constant in ("None", "False") or operator == "and" and left.constant == "True":
                 return right  # `target = module or self` where `module` was left None: `self`
             if operator == "or" and right.constant == "None":
                 return _not_none(left, right)  # `head or None`
@@ -1010,6 +1010,11 @@ class Walker:
         if operator in (cst.Is, cst.IsNot, cst.Equal, cst.NotEqual) and len(values) == 2 and \
                 any(value.none_on_some_ranks for value in values) and any(value.constant == "None" for value in values):
             return Value(params_of=params, rank_test=RankTest(True, True))  # `state is None`, where the state is None on some ranks
+        if operator in (cst.Is, cst.IsNot) and len(values) == 2 and values[1].constant == "None" and self.file.qualify(node.left) in FSDP_CLASSES:
+            # `FSDP is not None`, of `try: from torch.distributed.fsdp import FullyShardedDataParallel as FSDP`
+            # `except ImportError: FSDP = None`: an object of the class exists only where the import
+            # worked, and what the rules ask of a module is asked of those.
+            return Value(params_of=params, constant=str(operator is cst.IsNot))
         compares_rank = any(value.rank is not None for value in values)
         # Two sides that each differ between ranks (`local_rank != other` where `other = local_rank`, or
         # `shard_id` computed from the rank) may agree on every rank: which ranks pass is not known.
