@@ -748,6 +748,32 @@ def test_initializing_each_parameter_materializes_a_meta_model():
     """) == []
 
 
+@pytest.mark.parametrize("unpacked, expected", [
+    # Duanyll/flow-control's loader: the model's half of `get_state_dict(model, [])`, filled in place by `dcp.load`.
+    ("model_sd, _", []),
+    # Near miss: the optimizer's half, which holds none of the model's weights.
+    ("_, model_sd", [(16, "FSDP106")]),
+])
+def test_loading_into_the_state_dict_of_get_state_dict_materializes_a_meta_model(unpacked, expected):
+    assert codes(f"""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from torch.distributed.fsdp import fully_shard
+
+    def main(path):
+        with torch.device("meta"):
+            model = Transformer()
+        for block in model.layers:
+            fully_shard(block)
+        fully_shard(model)
+        model.to_empty(device="cuda")
+        {unpacked} = get_state_dict(model, [])
+        dcp.load(model_sd, checkpoint_id=path)
+        return model(1)
+    """) == expected
+
+
 @pytest.mark.parametrize("test, expected", [
     # Cornstarch's run_vlm_fsdp.py: the blocks found by a type test; nothing initializes the weights.
     ("isinstance(module, nn.ModuleList)", [(16, "FSDP106")]),

@@ -2092,6 +2092,21 @@ def test_an_fsdp_class_imported_with_a_fallback_is_there_for_its_modules():
     assert called == ["wrapped_one", "wrapped_two", "plain_two", "with_helper"]
 
 
+def test_the_pair_get_state_dict_returns_holds_the_model_s_state_first():
+    """`model_sd, optim_sd = get_state_dict(model, optimizers)`: the first is the module's (sharded)
+    state, read from its parameters, as `get_model_state_dict(model)` is; the second is not."""
+    program = program_of("""
+    import lib
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    def main(model, optimizer):
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        lib.keep(model_sd, optim_sd)
+    """)
+    [kept] = [event for event in flow_of(program, "main").events if event.qname == "lib.keep"]
+    assert [sorted(ref.root for ref in arg.params_of) for arg in kept.args] == [["model"], []]
+
+
 def test_what_built_an_object_is_read_where_it_is_asked():
     """physicsnemo's ViT example: `model = spec.build(...)`, `fully_shard(model)` under `if args.fsdp:`,
     `model = DDP(model, ...)` in the `elif` (the same variable: computed from it), `model =

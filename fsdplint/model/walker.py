@@ -1191,7 +1191,11 @@ class Walker:
             return Value(ref=taken, event=event)
         if qname is not None and distributed.is_state_dict_getter(qname) and args and args[0].ref is not None \
                 and self.flow.full_state_dict(event) is False:
-            return Value(event=event, params_of=frozenset({args[0].ref}))  # the module's sharded state, as `model.state_dict()` is
+            state = Value(event=event, params_of=frozenset({args[0].ref}))  # the module's sharded state, as `model.state_dict()` is
+            if qname.rsplit(".", 1)[-1] == "get_state_dict":
+                # `model_sd, optim_sd = get_state_dict(model, optimizers)`: the pair, the model's first
+                return dataclasses.replace(state, elements=(state, Value(event=event)))
+            return state
         if qname in distributed.RETURNS_ITS_MODULE and args and args[0].ref is not None:
             return args[0]  # `model = parallelize_module(model, ...)` is still `model`
         built_by = qname if qname is not None else receiver.built_by if type(func) is cst.Attribute and func.attr.value in RETURNS_SELF else None
