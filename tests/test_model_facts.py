@@ -111,6 +111,32 @@ def test_a_callee_file_is_parsed_only_when_a_name_it_defines_is_looked_up():
     assert parsed == ["train.py", "tools.py"]  # once
 
 
+def test_an_import_inside_a_function_names_what_it_imports_there_only():
+    """hamstergamerszhang-ops/single-gpu-llm-toolkit's tests: `from train_cpt import main` in one test,
+    `from expand_model import main` in another; each call reaches its own test's `main`. Near miss: a
+    function that imports nothing itself reads the module's import (not a test's), as Python does."""
+    texts = {
+        "train_cpt.py": "def main():\n    pass\n",
+        "expand_model.py": "def main():\n    pass\n",
+        "other.py": "def main():\n    pass\n",
+        "test_all.py": "from other import main\n\ndef test_train():\n    from train_cpt import main\n    main()\n\n"
+                       "def test_expand():\n    from expand_model import main\n    main()\n\ndef test_other():\n    main()\n",
+    }
+    sources = {name: SourceFile(Path(name), name, text, "utf-8", False) for name, text in texts.items()}
+
+    def parse(source):
+        return model.build_file_model(source, cst.parse_module(source.text))
+
+    test_file = parse(sources["test_all.py"])
+    program = model.Program([test_file], [model.UnparsedFile(sources[name], parse) for name in ("train_cpt.py", "expand_model.py", "other.py")])
+    reached = {}
+    for name in ("test_train", "test_expand", "test_other"):
+        function = test_file.functions[name]
+        [call] = [statement.body[0].value for statement in function.node.body.body if type(statement.body[0]) is cst.Expr]
+        reached[name] = program.resolve_function(test_file, function, call).file.display
+    assert reached == {"test_train": "train_cpt.py", "test_expand": "expand_model.py", "test_other": "other.py"}
+
+
 def test_only_files_that_may_assign_an_attribute_are_parsed_to_find_its_type():
     texts = {
         "model.py": "from torch import nn\n\nclass Net(nn.Module):\n    def __init__(self):\n        self.blocks = nn.ModuleList()\n",

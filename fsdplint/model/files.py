@@ -55,7 +55,11 @@ class FileModel:
     source: SourceFile
     module: cst.Module
     module_name: str
+    # Local name -> what it imports: the module's imports, and a function's where the module binds no such name.
     imports: dict[str, str] = field(default_factory=dict)
+    # A name written in a function that imports it itself (`from train import main` in one test, `from
+    # export import main` in another): what it imports there, by the id of the Name node.
+    scoped_imports: dict[int, str] = field(default_factory=dict)
     star_imports: list[str] = field(default_factory=list)
     functions: dict[str, FunctionInfo] = field(default_factory=dict)  # by qualname
     # `self.X = Y(...)` in any class: the last name of each Y assigned to attribute X
@@ -107,13 +111,21 @@ class FileModel:
         self._qualified[id(node)] = (node, qualified)
         return qualified
 
+    def imported_as(self, name: cst.Name) -> str | None:
+        """What the name, where it is written, imports: its function's own import of it, else the module's."""
+        return self.scoped_imports.get(id(name)) or self.imports.get(name.value)
+
     def _qualify(self, node: cst.CSTNode) -> str | None:
         name = dotted_name(node)
         if not name:
             return None
         head, _, rest = name.partition(".")
-        if head in self.imports:
-            return canonical(self.imports[head] + ("." + rest if rest else ""))
+        head_node = node
+        while type(head_node) is cst.Attribute:
+            head_node = head_node.value
+        imported = self.imported_as(head_node) if type(head_node) is cst.Name else self.imports.get(head)
+        if imported is not None:
+            return canonical(imported + ("." + rest if rest else ""))
         for module in self.star_imports:
             if module.startswith("torch.distributed"):
                 return canonical(f"{module}.{name}")
@@ -175,7 +187,7 @@ class UnparsedFile:
 
 def build_file_model(source: SourceFile, module: cst.Module) -> FileModel:
     model = FileModel(source=source, module=module, module_name=module_name_for(source.path))
-    _FileIndexer(model).index(module.body)
+    _FileIndexer(model).index_file(module)
     return model
 
 
@@ -186,6 +198,30 @@ class _FileIndexer:
     def __init__(self, model: FileModel) -> None:
         self.model = model
         self.scopes: list[tuple[str, str]] = []  # ("class"|"def", name)
+        self.functions: list[cst.FunctionDef] = []  # the functions around the statement, innermost last
+        self.own_imports: dict[int, tuple[cst.FunctionDef, dict[str, str]]] = {}  # by function: what it imports itself
+
+    def index_file(self, module: cst.Module) -> None:
+        self.index(module.body)
+        module_level = dict(self.model.imports)
+        for function, imported in self.own_imports.values():
+            for local, full in imported.items():
+                self.model.imports.setdefault(local, full)
+            if all(module_level.get(local) == full for local, full in imported.items()):
+                continue  # the same as the module's: nothing to tell apart
+            for node in _names_in(function.body):
+                if node.value in imported:
+                    self.model.scoped_imports[id(node)] = imported[node.value]
+
+    def bind_import(self, local: str, full: str, keep_first: bool = False) -> None:
+        if self.functions:
+            function = self.functions[-1]
+            bound = self.own_imports.setdefault(id(function), (function, {}))[1]
+            bound[local] = bound.get(local, full) if keep_first else full
+        elif keep_first:
+            self.model.imports.setdefault(local, full)
+        else:
+            self.model.imports[local] = full
 
     def index(self, statements) -> None:
         for statement in statements:
@@ -205,7 +241,9 @@ class _FileIndexer:
             elif type(statement) is cst.FunctionDef:
                 self.function(statement)
                 self.scopes.append(("def", statement.name.value))
+                self.functions.append(statement)
                 self.index(statements_of(statement.body))
+                self.functions.pop()
                 self.scopes.pop()
             else:  # if/for/while/with/try/match: imports and definitions inside them count too
                 for suite in suites_of(statement):
@@ -217,10 +255,10 @@ class _FileIndexer:
             if not full:
                 continue
             if alias.asname and type(alias.asname.name) is cst.Name:
-                self.model.imports[alias.asname.name.value] = full
+                self.bind_import(alias.asname.name.value, full)
             else:
                 head = full.split(".")[0]
-                self.model.imports.setdefault(head, head)
+                self.bind_import(head, head, keep_first=True)
 
     def import_from(self, node: cst.ImportFrom) -> None:
         base = dotted_name(node.module) if node.module else ""
@@ -234,7 +272,7 @@ class _FileIndexer:
                 continue
             local = alias.asname.name.value if alias.asname and type(alias.asname.name) is cst.Name else name
             separator = "" if base.endswith(".") else "."
-            self.model.imports[local] = canonical(f"{base}{separator}{name}")
+            self.bind_import(local, canonical(f"{base}{separator}{name}"))
 
     def function(self, node: cst.FunctionDef) -> None:
         qualname = ".".join([name for _, name in self.scopes] + [node.name.value])
@@ -252,6 +290,19 @@ class _FileIndexer:
             for target in node.targets:
                 if type(target.target) is cst.Attribute:
                     self.model.attribute_types.setdefault(target.target.attr.value, set()).add(callee)
+
+
+def _names_in(node: cst.CSTNode) -> list[cst.Name]:
+    """Every Name node under `node`, nested functions included (they see their function's imports)."""
+    found: list[cst.Name] = []
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        if type(current) is cst.Name:
+            found.append(current)
+        else:
+            pending.extend(current.children)
+    return found
 
 
 def lines_code(module: cst.Module, lines: Sequence[cst.EmptyLine]) -> str:

@@ -296,7 +296,7 @@ class Program:
                 return file.functions[f"{caller.qualname}.{name}"]
             if name in file.functions:
                 return file.functions[name]
-            qualified = file.imports.get(name)
+            qualified = file.imported_as(func)
             if qualified is None:
                 return None
             return self._lookup_qualified(qualified, file)
