@@ -19,7 +19,8 @@ class RootOnlySharding(Rule):
     A deliberate single unit for a small sub-module (a vision encoder, an embedding) that is
     followed by sharding the root is not reported: only a root with no sharded sub-module is. Nor is
     a model known to hold no blocks: a single layer, an `nn.Sequential` of layers, or an `nn.Module`
-    class of the checked files whose `__init__` builds only layers (the two-Linear model of a test).
+    class of the checked files whose `__init__` builds only layers, or an `nn.Sequential` of them (the
+    two-Linear model of a test).
 
     ## Example
     ```python

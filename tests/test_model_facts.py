@@ -1423,9 +1423,11 @@ def test_a_module_built_of_single_layers_holds_no_blocks():
     """The toy models of tests and demos (pytorch/ao's `nn.Sequential(nn.Linear, nn.ReLU, nn.Linear)`
     returned by a helper, ezpz's CNN whose `__init__` builds four layers, d9d's model of two modules
     that each hold one `nn.Parameter`, a class derived from such a class of the run, as TrainRL's
-    `ValueHead`) have no blocks to shard first. Near misses: a ModuleList, a helper method that may
+    `ValueHead`, a class whose `__init__` keeps such a Sequential in an attribute) have no blocks to
+    shard first. Near misses: a ModuleList, a helper method that may
     build more, a Sequential of the run's blocks, a module from a call the model cannot read, a class
-    of two of the run's layered modules (blocks), a class derived from one that builds a ModuleList."""
+    of two of the run's layered modules (blocks), a class derived from one that builds a ModuleList, a
+    class keeping a Sequential of the run's layered modules."""
     from fsdplint.model.modules import holds_no_blocks
 
     program = program_of("""
@@ -1471,6 +1473,14 @@ def test_a_module_built_of_single_layers_holds_no_blocks():
             super().__init__()
             self.first = Net()
             self.second = Net()
+    class Mlp(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 4))
+    class SequenceOfNets(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.Sequential(Net(), Net())
     def main(rank, config):
         a = get_model(4).to(rank)
         b = Net().cuda()
@@ -1485,12 +1495,14 @@ def test_a_module_built_of_single_layers_holds_no_blocks():
         j = OfLeaves(4)
         k = OfNets()
         m = StackOfThree(3)
-        for module in (a, b, c, d, e, f, g, h, i, j, k, m):
+        n = Mlp()
+        o = SequenceOfNets()
+        for module in (a, b, c, d, e, f, g, h, i, j, k, m, n, o):
             fully_shard(module)
     """)
     main = flow_of(program, "main")
     known = [holds_no_blocks(main, event.target, event.index) for event in events(main, model.SHARD)]
-    assert known == [True, True, False, False, True, False, False, True, True, True, False, False], known
+    assert known == [True, True, False, False, True, False, False, True, True, True, False, False, True, False], known
 
 
 def test_a_string_built_from_the_rank_by_any_spelling_is_formatted_from_it():

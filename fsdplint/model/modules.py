@@ -60,8 +60,7 @@ def holds_no_blocks(flow: Flow, ref: Ref, before: int) -> bool:
         if qualified in distributed.COPIES and call is event.node and event.args and event.args[0].ref:
             return holds_no_blocks(flow, event.args[0].ref, event.index)  # a copy holds what the original holds
         if qualified == "torch.nn.Sequential":
-            return bool(call.args) and all(arg.keyword is None and not arg.star and type(arg.value) is cst.Call and is_layer(file.qualify(arg.value.func))
-                                           for arg in call.args)
+            return _sequence_of_layers(file, call)
         if is_layer(qualified):
             return True
         found = flow.program.class_of(file, call.func)
@@ -69,6 +68,12 @@ def holds_no_blocks(flow: Flow, ref: Ref, before: int) -> bool:
             return _builds_only_layers(flow.program, *found)
         # Else a function that returned it (`get_model(...)`): what it built is bound to the same variable earlier.
     return False
+
+
+def _sequence_of_layers(file: FileModel, call: cst.Call) -> bool:
+    """`nn.Sequential(nn.Linear(...), nn.ReLU(), ...)`: single layers written out, one by one."""
+    return bool(call.args) and all(arg.keyword is None and not arg.star and type(arg.value) is cst.Call and is_layer(file.qualify(arg.value.func))
+                                   for arg in call.args)
 
 
 def _calls_bound(flow: Flow, variable: Ref, before: int) -> Iterator[tuple[cst.Call, Event]]:
@@ -118,6 +123,8 @@ def _init_builds_only_layers(program: Program, init: FunctionInfo, layers: bool)
                 and type(func.value) is cst.Call and dotted_name(func.value.func) == "super":
             continue
         qualified = file.qualify(func)
+        if layers and qualified == "torch.nn.Sequential" and _sequence_of_layers(file, call):
+            continue  # `self.layers = nn.Sequential(nn.Linear(...), nn.ReLU(), ...)`: layers, each checked here too
         if qualified is not None and (layers and is_layer(qualified) or qualified in _PARAMETER_CLASSES
                                       or qualified.startswith("torch.") and not qualified.startswith("torch.nn.")):
             continue
