@@ -914,3 +914,35 @@ def test_the_state_dict_where_the_fsdp1_test_fails_is_no_collective():
             state = model.state_dict()
         torch.save(state, "model.pt")
     """) == [13]
+
+
+@pytest.mark.parametrize("call, expected", [
+    # joeyllm/models-magpie's shape: the method of an object built in the call itself reads what its
+    # constructor left in `self` (the rank the guard tests), as it does through a variable.
+    ("trainer = Trainer(model, rank)\n        trainer.train()", [10]),
+    ("Trainer(model, rank).train()", [10]),
+    # Near miss: an object a function returns, which the function may have changed since it built it.
+    ("make(model, rank).train()", []),
+])
+def test_a_method_of_an_object_built_in_the_call_reads_what_its_constructor_left(call, expected):
+    assert lines(f"""
+    class Trainer:
+        def __init__(self, model, rank):
+            self.model = model
+            self.position = rank
+
+        def train(self):
+            if self.position != 0:
+                return
+            dcp.save(self.model.state_dict(), checkpoint_id="ckpt")
+
+    def make(model, rank):
+        trainer = Trainer(model, rank)
+        trainer.position = 0
+        return trainer
+
+    def main(model):
+        rank = dist.get_rank()
+        fully_shard(model)
+        {call}
+    """) == expected

@@ -597,23 +597,28 @@ class Walker:
             built_by = self.flow.origin(receiver, len(self.flow.events))
         return built_by if built_by is not None and built_by.kind in (CALL, CALL_VALUE) and type(built_by.node) is cst.Call else None
 
-    def receiver_attributes(self, receiver: Value, self_name: str) -> dict[str, Value]:
+    def receiver_attributes(self, receiver: Value, self_name: str, written_call: bool = False) -> dict[str, Value]:
         """What a method called on `receiver` knows of its `self.x`: what the caller knows of its own
         `self.x`, and what the receiver's constructor left (`constructed_attributes`)."""
-        return {key: value for key, value in self.env.items() if key.startswith("self.")} | self.constructed_attributes(receiver, self_name)
+        return {key: value for key, value in self.env.items() if key.startswith("self.")} | \
+            self.constructed_attributes(receiver, self_name, written_call)
 
-    def constructed_attributes(self, receiver: Value, self_name: str) -> dict[str, Value]:
-        """`loader.load()` where `loader = Loader(config)`: what the constructor left in the object's
-        attributes (`constructors.attributes_at`), as `self.x` in the method; none where this flow
-        assigned an attribute of the object since, or handed it to code it cannot see."""
-        built_by = self.construction(receiver, written_call=False) if receiver.ref is not None else None
+    def constructed_attributes(self, receiver: Value, self_name: str, written_call: bool = False) -> dict[str, Value]:
+        """`loader.load()` where `loader = Loader(config)`, or `Loader(config).load()` (`written_call`):
+        what the constructor left in the object's attributes (`constructors.attributes_at`), as
+        `self.x` in the method; none where this flow assigned an attribute of the object since, or
+        handed it to code it cannot see (an object built in the call itself no other code holds)."""
+        if receiver.ref is not None:
+            built_by = self.construction(receiver, written_call=False)
+        else:
+            built_by = self.construction(receiver, written_call=True) if written_call else None
         if built_by is None:
             return {}
         found = self.flow.program.class_of(built_by.file, built_by.node.func)
         known = attributes_at(self.flow.program, *found, built_by.node, built_by.args, built_by.kwargs) if found else {}
-        if not known or self.flow.handed_on(receiver.ref, built_by.index + 1) or any(
+        if not known or receiver.ref is not None and (self.flow.handed_on(receiver.ref, built_by.index + 1) or any(
                 event.kind == ASSIGN and any(target.root == receiver.ref.root for target in event.targets)
-                for event in self.flow.events[built_by.index + 1:]):
+                for event in self.flow.events[built_by.index + 1:])):
             return {}
         return {f"{self_name}.{attribute}": value for attribute, value in known.items()}
 
@@ -1351,7 +1356,7 @@ class Walker:
                              self.call_sites + (node,), self.contexts, self.arms, self.facts)
             walker.forwarded, walker.forwarded_to, walker.patched = (args, kwargs), callee, self.patched
             if callee.class_name and callee.params[:1] == ["self"] and type(node.func) is cst.Attribute:
-                walker.forwarded_receiver = receiver, self.receiver_attributes(receiver, "self")
+                walker.forwarded_receiver = receiver, self.receiver_attributes(receiver, "self", type(node.func.value) is cst.Call)
             walker.walk_suite(wrapper.node.body, ())
             walker.finish_returns()
             return walker.returned
@@ -1369,7 +1374,7 @@ class Walker:
             if through_wrapper and self.forwarded_receiver is not None:
                 receiver, attributes = self.forwarded_receiver  # `func(*args, **kwargs)` in the decorator's wrapper
             elif type(node.func) is cst.Attribute:
-                attributes = self.receiver_attributes(receiver, self_name)
+                attributes = self.receiver_attributes(receiver, self_name, type(node.func.value) is cst.Call)
             if attributes is not None:
                 env[self_name] = receiver if receiver.ref else Value(ref=Ref(prefix + self_name))
                 env.update(attributes)
