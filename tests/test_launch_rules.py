@@ -34,6 +34,26 @@ def test_a_global_rank_from_any_source_is_not_a_device_index(rank):
     """) == [(6, "FSDP302")]
 
 
+@pytest.mark.parametrize("rebinds, expected", [
+    # michaelnny/InstructLLaMA: the global rank read at the top of the script, used by `main` through a helper.
+    ("", [(7, "FSDP302")]),
+    # Near miss: a function may bind the global again (to the local rank, for all the model knows).
+    ("def pick():\n        global rank\n        rank = int(os.environ['LOCAL_RANK'])\n", []),
+])
+def test_a_global_the_script_binds_to_the_global_rank_is_it_in_its_functions(rebinds, expected):
+    assert codes("""
+    import os
+    import torch
+    import torch.distributed as dist
+    rank = int(os.environ["RANK"])
+    def norm(t, rank):
+        return t.to(rank)
+    def main():
+        dist.init_process_group("nccl")
+        return norm(torch.ones(1), rank)
+    """ + rebinds) == expected
+
+
 @pytest.mark.parametrize("test, expected", [
     # nupurkmr9/npedit: `if global_rank == 0: torch.zeros(..., device=f"cuda:{global_rank}")`: cuda:0,
     # which every node has. Near misses: another rank (on a second node, cuda:1 may not exist), and the

@@ -137,6 +137,28 @@ def test_an_import_inside_a_function_names_what_it_imports_there_only():
     assert reached == {"test_train": "train_cpt.py", "test_expand": "expand_model.py", "test_other": "other.py"}
 
 
+def test_a_global_may_be_read_where_a_file_of_the_run_names_it_past_its_binding():
+    """A policies module's constants: `read_here` is named by a function of its file, `read_there` by
+    another file of the run (not parsed for it), `unread` by no code but its own assignment."""
+    texts = {
+        "policies.py": "read_here = 1\nread_there = 2\nunread = 3\n\ndef pick():\n    return read_here\n",
+        "train.py": "from policies import read_there\n",
+    }
+    sources = {name: SourceFile(Path(name), name, text, "utf-8", False) for name, text in texts.items()}
+    parsed: list[str] = []
+
+    def parse(source):
+        parsed.append(source.display)
+        return model.build_file_model(source, cst.parse_module(source.text))
+
+    policies = parse(sources["policies.py"])
+    program = model.Program([policies], [model.UnparsedFile(sources["train.py"], parse)])
+    statements = {statement.body[0].targets[0].target.value: statement for statement in policies.module.body[:3]}
+    assert {name: program.may_read_global(policies, name, statement) for name, statement in statements.items()} == \
+        {"read_here": True, "read_there": True, "unread": False}
+    assert parsed == ["policies.py"]
+
+
 def test_only_files_that_may_assign_an_attribute_are_parsed_to_find_its_type():
     texts = {
         "model.py": "from torch import nn\n\nclass Net(nn.Module):\n    def __init__(self):\n        self.blocks = nn.ModuleList()\n",
@@ -2143,6 +2165,50 @@ def test_the_pair_get_state_dict_returns_holds_the_model_s_state_first():
     """)
     [kept] = [event for event in flow_of(program, "main").events if event.qname == "lib.keep"]
     assert [sorted(ref.root for ref in arg.params_of) for arg in kept.args] == [["model"], []]
+
+
+def test_a_global_the_module_binds_once_to_the_rank_is_that_rank_in_its_functions():
+    """michaelnny/InstructLLaMA: `rank = int(os.environ["RANK"])` at the top of the script, read by
+    `fsdp_main()` and handed to a helper that moves a tensor `.to(rank)`: the global rank, in any
+    function or method that binds no `rank` of its own. Near misses: a name the module binds twice,
+    one a function declares `global` (and may bind again), one the function binds itself (known by its
+    name only, as before: some rank) or an enclosing function binds (its value there), one bound to
+    no rank (named like one: some rank)."""
+    program = program_of("""
+    import os
+    import lib
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    node = dist.get_rank()
+    twice = int(os.environ["RANK"])
+    twice = 0
+    changed = int(os.environ["RANK"])
+    my_rank = compute()
+
+    def reset():
+        global changed
+        changed = 0
+
+    class Trainer:
+        def step(self):
+            lib.use(rank, local_rank, node, twice, changed, my_rank)
+
+    def main():
+        lib.use(rank, local_rank, node, twice, changed, my_rank)
+        def inner():
+            lib.use(local_rank)
+        local_rank = 3
+        inner()
+    """)
+    def scopes(function):
+        [use] = [event for event in flow_of(program, function).events if event.qname == "lib.use"][:1]
+        return [arg.rank.scope.value if arg.rank else None for arg in use.args]
+    assert scopes("Trainer.step") == ["global", "local", "global", None, None, "some"]
+    assert scopes("main") == ["global", "some", "global", None, None, "some"]
+    [inner] = [event for event in flow_of(program, "main").events if event.qname == "lib.use"][1:]
+    assert inner.args[0].rank is None  # main's own `local_rank`, 3 where `inner()` runs
 
 
 def test_what_built_an_object_is_read_where_it_is_asked():

@@ -19,7 +19,7 @@ from fsdplint.model.files import FileModel, FunctionInfo, UnparsedFile
 from fsdplint.model.names import dotted_name
 from fsdplint.model.flow import Flow
 from fsdplint.model.summaries import Summary
-from fsdplint.model.syntax import bound_names, runs_exec_in_scope, statements_of
+from fsdplint.model.syntax import bound_names, declared_global, runs_exec_in_scope, statements_of
 from fsdplint.model.values import Ref, Value
 from fsdplint.model.walker import CHARACTERS_PER_STEP, PROGRAM_BUDGET, BudgetExhausted, Walker
 
@@ -50,6 +50,7 @@ class Program:
             for name in unparsed.defines:
                 self._unparsed_by_name.setdefault(name, []).append(unparsed)
         self._bound_counts: dict[int, tuple[cst.CSTNode, Counter[str]]] = {}
+        self._module_globals: dict[int, tuple[FileModel, dict[str, cst.BaseExpression]]] = {}
         self._resolved: dict[tuple[int, int, int], tuple[cst.CSTNode, FunctionInfo | None]] = {}
         self._walked_by_callers: set[int] = set()  # functions (node ids) whose bodies some function's flow followed
         # Modules a class shards on `self` in any of its methods, and the modules its `__init__` keeps
@@ -196,6 +197,15 @@ class Program:
             self._parse(unparsed)
         return [file for file in self.files if word in file.source.text]
 
+    def may_read_global(self, file: FileModel, name: str, binding: cst.CSTNode) -> bool:
+        """Whether code of the run may read the global `name` that statement `binding` of `file`'s
+        module binds: a file of the run names it (a word, in code or not) outside that statement."""
+        word = re.compile(rf"\b{re.escape(name)}\b")
+        if len(word.findall(file.source.text)) > len(word.findall(file.code(binding))):
+            return True
+        others = [other.source for other in self.files if other is not file] + [unparsed.source for unparsed in self._unparsed.values()]
+        return any(word.search(source.text) for source in others)
+
     def files_assigning(self, attribute: str) -> list[FileModel]:
         """The run's files whose text may assign `attribute` of an object (`x.attribute = ...`: what
         `FileModel.attribute_types` records), parsing the callee files that may."""
@@ -270,6 +280,21 @@ class Program:
                 counts.update(counts.keys())  # `exec(open("configurator.py").read())`: any global may be set again
             self._bound_counts[id(owner)] = (owner, counts)  # the node kept: its id stays its own
         return self._bound_counts[id(owner)][1]
+
+    def module_global(self, file: FileModel, name: str) -> cst.BaseExpression | None:
+        """The expression the module binds `name` to, where it binds it once, in an assignment of its
+        top level, and no function of the file declares it `global` (and could bind it again)."""
+        if id(file) not in self._module_globals:
+            counts = self.bound_counts(file, None)
+            declared = {name for function in file.functions.values() for name in declared_global(statements_of(function.node.body))}
+            bound = {}
+            for statement in file.module.body:
+                if type(statement) is cst.SimpleStatementLine and len(statement.body) == 1 and type(assign := statement.body[0]) is cst.Assign \
+                        and len(assign.targets) == 1 and type(target := assign.targets[0].target) is cst.Name \
+                        and counts[target.value] == 1 and target.value not in declared:
+                    bound[target.value] = assign.value
+            self._module_globals[id(file)] = (file, bound)  # the file kept: its id stays its own
+        return self._module_globals[id(file)][1].get(name)
 
     def resolve_function(self, file: FileModel, caller: FunctionInfo | None, call: cst.Call) -> FunctionInfo | None:
         """The function of this run a call reaches: nested, same class, same file, imported, or unique."""

@@ -3,6 +3,8 @@ variables give this process's rank or the world's size, and what a call computes
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import libcst as cst
 
 from fsdplint import distributed
@@ -17,6 +19,9 @@ from fsdplint.model.values import (
     Rank,
     Value,
 )
+
+if TYPE_CHECKING:
+    from fsdplint.model.files import FileModel
 
 _RANK_VARIABLES = {
     "RANK": GLOBAL_RANK, "SLURM_PROCID": GLOBAL_RANK, "OMPI_COMM_WORLD_RANK": GLOBAL_RANK, "PMI_RANK": GLOBAL_RANK,
@@ -37,6 +42,23 @@ def rank_of_call(qname: str | None, func: cst.CSTNode, node: cst.Call, args: tup
         return rank_variable(node.args[0].value)
     if qname is None and type(func) is cst.Name and func.value in _RANK_CONVERSIONS and len(args) == 1:
         return args[0].rank
+    return None
+
+
+def rank_written(file: FileModel, node: cst.CSTNode) -> Rank | None:
+    """The rank an expression holds by how it is written, where no walk evaluates it (a global of the
+    module): `int(os.environ["RANK"])`, `os.environ.get("LOCAL_RANK")`, `dist.get_rank()`."""
+    if type(node) is cst.Call:
+        qname = file.qualify(node.func)
+        if qname in RANK_CALLS and not node.args:
+            return Rank(RANK_CALLS[qname])
+        if qname in _ENVIRONMENT_READS and node.args:
+            return rank_variable(node.args[0].value)
+        if qname is None and type(node.func) is cst.Name and node.func.value in _RANK_CONVERSIONS and len(node.args) == 1:
+            return rank_written(file, node.args[0].value)
+        return None
+    if type(node) is cst.Subscript and len(node.slice) == 1 and type(node.slice[0].slice) is cst.Index and file.qualify(node.value) == "os.environ":
+        return rank_variable(node.slice[0].slice.value)
     return None
 
 

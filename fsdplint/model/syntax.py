@@ -88,6 +88,18 @@ def bound_names(statements) -> Iterator[str]:
                 yield from bound_names(statements_of(suite))
 
 
+def declared_global(statements) -> Iterator[str]:
+    """The names a `global` statement of the body declares (nested functions and classes not)."""
+    for statement in statements:
+        if type(statement) is cst.SimpleStatementLine:
+            for small in statement.body:
+                if type(small) is cst.Global:
+                    yield from (item.name.value for item in small.names)
+        elif type(statement) not in (cst.FunctionDef, cst.ClassDef):
+            for suite in suites_of(statement):
+                yield from declared_global(statements_of(suite))
+
+
 def runs_exec_in_scope(statements) -> bool:
     """Some statement of the body (nested functions and classes not) is a call of `exec` in the body's
     own names: nanoGPT's `exec(open("configurator.py").read())` at the top level sets any global again."""

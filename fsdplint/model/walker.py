@@ -53,6 +53,7 @@ from fsdplint.model.ranks import (
     rank_derived_of_call,
     rank_of_call,
     rank_variable,
+    rank_written,
     world_size_of_call,
 )
 from fsdplint.model.syntax import (
@@ -597,6 +598,23 @@ class Walker:
             built_by = self.flow.origin(receiver, len(self.flow.events))
         return built_by if built_by is not None and built_by.kind in (CALL, CALL_VALUE) and type(built_by.node) is cst.Call else None
 
+    def global_rank(self, node: cst.Name) -> Rank | None:
+        """A name a function reads as a global of its module (neither it nor a function around it binds
+        it), which the module binds once, at its top level, to the rank (`rank = int(os.environ["RANK"])`
+        at the top of a script): that rank, with its scope."""
+        function, program = self.function, self.flow.program
+        if function is None:
+            return None
+        qualname = function.qualname
+        while qualname:  # a class's body binds no name its methods read
+            around = self.file.functions.get(qualname)
+            if around is None and qualname not in self.file.classes or around is not None and (
+                    node.value in around.params or program.bound_counts(self.file, around)[node.value]):
+                return None
+            qualname = qualname.rpartition(".")[0]
+        written = program.module_global(self.file, node.value)
+        return rank_written(self.file, written) if written is not None else None
+
     def receiver_attributes(self, receiver: Value, self_name: str, written_call: bool = False) -> dict[str, Value]:
         """What a method called on `receiver` knows of its `self.x`: what the caller knows of its own
         `self.x`, and what the receiver's constructor left (`constructed_attributes`)."""
@@ -899,6 +917,10 @@ class Walker:
                 function = self.flow.program.resolve_callable(self.file, self.function, node)
                 if function is not None:
                     return Value(callees=(function,))
+            written = self.global_rank(node) if type(node) is cst.Name else None
+            if written is not None:
+                self.read_rank(True)
+                return Value(ref=self.ref_of(node), rank=written)
             flag, rank = distributed.is_main_process_flag(name), distributed.is_rank_name(name)
             self.read_rank(rank)
             return Value(ref=self.ref_of(node), rank=Rank(SOME_RANK) if rank else None,
