@@ -20,7 +20,9 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
     optimizer over an FSDP1 model, or an fp16 `MixedPrecision` in a program that wraps with
     `FullyShardedDataParallel`, trains (calls `backward()`) and scales no loss at all: a policy
     built where a model is wrapped, by that code; one built apart from any wrap (often a constant of
-    a policies module that a function picks at run time), by the whole program. Code that wraps and
+    a policies module that a function picks at run time), by the whole program. A constant of a
+    module that no code of the checked files names past its own assignment reaches no wrap: it is
+    not reported (a file of fp16, bf16 and fp32 policies of which the wrap takes bf16). Code that wraps and
     only evaluates has no gradients to underflow, and neither has a model that code wraps with its own
     fp16 policy and only loads and reads back while every loss it trains is known to come from
     another model (a checkpoint test's second model). A scaler built
@@ -152,6 +154,9 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
             for policy in policies[id(flow)] if wrap is not None else ():
                 if own is not None and _only_untrained_take(flow, policy, backwards):
                     continue  # ByteCheckpoint's tests: the policy of a model only loaded into and read back
+                if policy.function is None and policy.binding is not None and not policy.binding.path \
+                        and not program.may_read_global(policy.file, policy.binding.root, policy.statement):
+                    continue  # a global nothing reads (ConvNextV2's `fp16_policy` beside the `bf16_policy` it wraps with)
                 yield Finding(policy.file, policy.node,
                               f"fp16 `MixedPrecision` in a program that wraps with `FullyShardedDataParallel` (at {where(wrap)}) "
                               f"and trains, and scales no loss: fp16 gradients underflow to zero without loss scaling; use "

@@ -623,10 +623,16 @@ def test_an_fp16_policy_is_judged_by_the_code_that_wraps_with_it():
 
 
 def test_an_fp16_policy_built_apart_from_any_wrap_is_judged_by_the_program():
-    """Modalities: `fpSixteen = MixedPrecision(...)` a constant of a policies module, the wrap in a
-    factory function, the backward in the trainer: no one flow both wraps and trains."""
+    """Modalities: `fpSixteen = MixedPrecision(...)` a constant of a policies module, picked by a
+    function at run time, the wrap in a factory function, the backward in the trainer: no one flow
+    both wraps and trains. Near misses: nothing trains; nothing reads the constant
+    (arawxx/FSDP-Distributed-Training-of-ConvNextV2's `fp16_policy` beside the `bf16_policy` its
+    wrap takes), even where one flow wraps and trains."""
     source = """
     fp16 = MixedPrecision(param_dtype=torch.float16)
+
+    def pick(name):
+        return fp16 if name == "half" else None
 
     def build(policy):
         return FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({Block}), mixed_precision=policy)
@@ -636,6 +642,16 @@ def test_an_fp16_policy_built_apart_from_any_wrap_is_judged_by_the_program():
     """
     assert codes(source, select=["FSDP403"]) == [(1, "FSDP403")]
     assert codes(source.replace(".sum().backward()", ""), select=["FSDP403"]) == []
+    unread = source.replace("return fp16 if", "return None if")
+    assert codes(unread, select=["FSDP403"]) == []
+    assert codes(unread + """
+    def main(policy):
+        train(build(policy))
+    """, select=["FSDP403"]) == []
+    assert codes(unread + """
+    def main():
+        train(build(fp16))
+    """, select=["FSDP403"]) == [(1, "FSDP403")]
 
 
 def test_an_fp16_policy_of_a_model_only_loaded_and_read_trains_nothing():
