@@ -946,3 +946,63 @@ def test_a_method_of_an_object_built_in_the_call_reads_what_its_constructor_left
         fully_shard(model)
         {call}
     """) == expected
+
+
+DEEPMD = """
+from dataclasses import dataclass
+
+@dataclass
+class ShardingPolicy:
+    stage: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.stage > 0
+
+    @property
+    def shards_parameters(self) -> bool:
+        return self.stage >= 2
+
+class Trainer:
+    def __init__(self, model, params):
+        self.rank = dist.get_rank()
+        self.change_bias = params.get("change_bias", False)
+        self.sharding = ShardingPolicy(stage=params.get("zero_stage", 0))
+        self.check()
+        self.model = model
+        if self.sharding.shards_parameters:
+            fully_shard(self.model)
+
+    def check(self):
+        if not self.sharding.enabled:
+            return
+        if self.change_bias:
+            raise ValueError("zero_stage does not support change_bias")
+
+    def save(self):
+        if self.sharding.shards_parameters:
+            state = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True))
+        else:
+            state = self.model.state_dict()
+        torch.save(state, "model.pt")
+
+    def run(self):
+        if self.change_bias and self.rank == 0:
+            self.save()
+        if self.rank == 0:
+            if not self.sharding.{inner}:
+                self.save()
+"""
+
+
+@pytest.mark.parametrize("source, expected", [
+    # deepmodeling/deepmd-kit: the full state dict is gathered only where the parameters are sharded
+    # (`stage >= 2`); rank 0 saves alone after changing the bias, which the constructor forbids with
+    # sharding (`stage > 0`), and where sharding is off.
+    (DEEPMD.format(inner="enabled"), []),
+    # Near misses: the constructor forbids nothing; the inner test is of something else.
+    (DEEPMD.format(inner="enabled").replace('raise ValueError("zero_stage does not support change_bias")', "pass"), [41]),
+    (DEEPMD.format(inner="offloads"), [44]),
+])
+def test_a_collective_under_tests_that_cannot_hold_together_never_runs(source, expected):
+    assert lines(source) == expected

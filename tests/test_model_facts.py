@@ -10,6 +10,7 @@ import libcst as cst
 import pytest
 
 from fsdplint import model
+from fsdplint.model.conditions import render
 from fsdplint.plan import make_plan
 from fsdplint.source import SourceFile
 
@@ -2413,6 +2414,70 @@ def test_facts_hold_together_unless_no_truth_of_their_atoms_makes_them_all_hold(
     assert can_hold_together(((flag, True),), ((ddp, True),))  # nothing shared: each holds on its own path
     chain = tuple((("or", model.Ref(f"v{i}"), model.Ref(f"v{i + 1}")), True) for i in range(20))
     assert can_hold_together(((fsdp, True),) + chain, ((ddp, True), (model.Ref("v0"), True)))  # too many atoms to tell
+
+
+def test_comparisons_of_one_number_hold_together_only_where_one_number_meets_them():
+    """deepmd-kit's `stage > 0` (sharding enabled) false and `stage >= 2` (parameters sharded) true
+    never hold together; a subject equal to a number meets its comparisons with it. A set of facts
+    holds on its own unless its parts that share atoms contradict each other (`can_hold`)."""
+    from fsdplint.model.conditions import can_hold, can_hold_together
+
+    stage, flag = model.Ref("policy", ("stage",)), model.Ref("flag")
+    enabled, shards = ("cmp", stage, (">", 0)), ("cmp", stage, (">=", 2))
+    assert not can_hold_together(((enabled, False),), ((shards, True),))
+    assert can_hold_together(((enabled, True),), ((shards, False),))  # stage 1
+    assert not can_hold_together(((("eq", stage, "1"), True),), ((shards, True),))
+    assert can_hold_together(((("eq", stage, "3"), True),), ((shards, True),))
+    assert can_hold_together(((("eq", stage, "'zero'"), True),), ((shards, True),))  # no number: not weighed
+    assert not can_hold(((("not", enabled), True), (flag, True), (("and", flag, shards), True)))
+    assert can_hold(((("not", enabled), True), (flag, True), (("or", flag, shards), True)))
+
+
+def test_a_property_of_an_attribute_the_constructor_builds_is_read_as_the_test_it_returns():
+    """deepmd-kit's `self.sharding.enabled`, where the constructor keeps `ShardingPolicy(...)` in
+    `self.sharding` and `enabled` returns `self.stage > 0`: the fact of the event under it is that test
+    of `self.sharding`; and the constructor's guard clauses hold in every other method. Near misses:
+    a property that returns a call, and an attribute another method assigns again (its class not known)."""
+    program = program_of("""
+    import lib
+
+    class Policy:
+        def __init__(self, stage):
+            self.stage = stage
+
+        @property
+        def enabled(self):
+            return self.stage > 0
+
+        @property
+        def busy(self):
+            return lib.busy(self.stage)
+
+    class Trainer:
+        def __init__(self, stage, other):
+            self.policy = Policy(stage)
+            self.other = Policy(other)
+            self.resume = lib.flag()
+            if self.policy.enabled and self.resume:
+                raise ValueError("not both")
+
+        def reset(self):
+            self.other = Policy(0)
+
+        def step(self):
+            if self.policy.enabled:
+                lib.first()
+            if self.policy.busy:
+                lib.second()
+            if self.other.enabled:
+                lib.third()
+    """)
+    step = flow_of(program, "Trainer.step")
+    facts = {event.qname: [render(formula) for formula, _ in event.facts] for event in step.events if event.qname in ("lib.first", "lib.second", "lib.third")}
+    assert facts == {"lib.first": ["self.policy.stage > 0"], "lib.second": ["self.policy.busy"], "lib.third": ["self.other.enabled"]}
+    walker = model.walker.Walker(step, step.file, step.function, {}, "", ("step",), 0)
+    assert [(render(formula), holds) for formula, holds in walker.constructor_facts(step.file, "Trainer", model.Ref("t"))] == \
+        [("t.policy.stage > 0 and t.resume", False)]
 
 
 def test_a_sharding_test_of_a_module_the_flow_shards_holds_and_its_other_arm_does_not_run():

@@ -6,6 +6,9 @@ them (`is_fsdp = is_distributed and args.dist == "fsdp"`, `is_distributed = worl
 - a Ref: the truth of the object a variable of the walk holds, not known further;
 - `("eq", subject, literal)`: the subject (a Ref, or an expression's node) equals a literal
   (`args.dist == "fsdp"`, `rank == -1`), written as one text whatever its quotes (`'fsdp'`, `-1`, `None`);
+- `("cmp", subject, (operator, number))`: the subject is below or above an integer (`stage >= 2`, one
+  of `<`, `<=`, `>`, `>=`), where a number the subject is, is one number: `stage > 0` false and
+  `stage >= 2` true never hold together;
 - `("not", f)`, `("and", f, g)`, `("or", f, g)`;
 - a node: any other test, an atom known by its text.
 (The two atoms are kept as they are, not in a tuple: most facts are one of them, and every copy of a
@@ -53,6 +56,8 @@ def render(formula: Formula) -> str:
     kind = formula[0]
     if kind == "eq":
         return f"{_subject_text(formula[1])} == {formula[2]}"
+    if kind == "cmp":
+        return f"{_subject_text(formula[1])} {formula[2][0]} {formula[2][1]}"
     if kind == "not":
         return f"not {_grouped(formula[1], ('and', 'or', 'eq'))}"
     return f"{_grouped(formula[1], ('and', 'or'))} {kind} {_grouped(formula[2], ('and', 'or'))}"
@@ -68,8 +73,8 @@ def mapped(formula: Formula, ref: Callable[[Ref], Ref]) -> Formula:
         return ref(formula)
     if type(formula) is not tuple:
         return formula
-    if formula[0] == "eq":
-        return ("eq", ref(formula[1]), formula[2]) if type(formula[1]) is Ref else formula
+    if formula[0] in _COMPARISONS:
+        return (formula[0], ref(formula[1]), formula[2]) if type(formula[1]) is Ref else formula
     parts = tuple(mapped(part, ref) for part in formula[1:])
     return formula if all(map(operator.is_, parts, formula[1:])) else (formula[0], *parts)
 
@@ -82,8 +87,8 @@ def shape(formula: Formula | None, ref: Callable[[Ref], object]) -> object:
         return ("var", ref(formula))
     if type(formula) is not tuple:
         return ("node", written(formula))
-    if formula[0] == "eq":
-        return ("eq", ref(formula[1]) if type(formula[1]) is Ref else written(formula[1]), formula[2])
+    if formula[0] in _COMPARISONS:
+        return (formula[0], ref(formula[1]) if type(formula[1]) is Ref else written(formula[1]), formula[2])
     return (formula[0], *(shape(part, ref) for part in formula[1:]))
 
 
@@ -106,7 +111,13 @@ def _atom(formula: Formula, texts: dict[int, str]) -> tuple:
         text = texts.get(id(subject))
         if text is None:
             text = texts[id(subject)] = written(subject)
-    return ("eq", text, formula[2]) if type(formula) is tuple else ("node", text)
+    return (formula[0], text, formula[2]) if type(formula) is tuple else ("node", text)
+
+
+def _key(atom: tuple) -> tuple:
+    """What ties atoms: a subject compared with a literal stands for all its comparisons (`dist ==
+    "ddp"` ties to `dist == "fsdp"`, `stage > 0` to `stage >= 2`)."""
+    return ("subject", atom[1]) if atom[0] in _COMPARISONS else atom
 
 
 def _compiled(formula: Formula, bits: dict[tuple, int], texts: dict[int, str]) -> Callable[[int], bool]:
@@ -132,8 +143,7 @@ def can_hold_together(mine: tuple[tuple[Formula, bool], ...], theirs: tuple[tupl
         found: dict[tuple, None] = {}
         _atoms(formula, found, texts)
         atoms_of.append(set(found))
-    # A subject compared with a literal stands for all its literals: `dist == "ddp"` ties to `dist == "fsdp"`.
-    keys = [{atom[:2] if atom[0] == "eq" else atom for atom in atoms} for atoms in atoms_of]
+    keys = [{_key(atom) for atom in atoms} for atoms in atoms_of]
     mine_keys = set().union(*keys[:len(mine)])
     theirs_keys = set().union(*keys[len(mine):])
     tied = mine_keys & theirs_keys
@@ -147,23 +157,77 @@ def can_hold_together(mine: tuple[tuple[Formula, bool], ...], theirs: tuple[tupl
             break
         chosen |= more
         tied = tied.union(*(keys[index] for index in more))
-    facts = [(mine + theirs)[index] for index in sorted(chosen)]
-    atoms = sorted(set().union(*(atoms_of[index] for index in chosen)))
+    return satisfiable([(mine + theirs)[index] for index in sorted(chosen)], texts)
+
+
+def can_hold(facts: tuple[tuple[Formula, bool], ...]) -> bool:
+    """Some truth of the atoms makes every fact of the set hold (the tests around an event: whether it
+    can run at all), weighed part by part: facts that share no atom, through others, are apart."""
+    texts: dict[int, str] = {}
+    parts: list[tuple[set, list]] = []  # the atoms' keys of each part, and its facts
+    for fact in facts:
+        found: dict[tuple, None] = {}
+        _atoms(fact[0], found, texts)
+        keys = {_key(atom) for atom in found}
+        joined = [part for part in parts if part[0] & keys]
+        parts = [part for part in parts if not part[0] & keys] + [(keys.union(*(part[0] for part in joined)), [fact] + [f for part in joined for f in part[1]])]
+    return all(satisfiable(part_facts, texts) for _, part_facts in parts)
+
+
+def satisfiable(facts, texts: dict[int, str] | None = None) -> bool:
+    """Some truth of the atoms makes every fact hold, a subject equal to one literal at most. True
+    where there are too many atoms to tell."""
+    texts = {} if texts is None else texts
+    found: dict[tuple, None] = {}
+    for formula, _ in facts:
+        _atoms(formula, found, texts)
+    atoms = sorted(found)
     if len(atoms) > MAX_ATOMS:
         return True
     bits = {atom: position for position, atom in enumerate(atoms)}
     compiled = [(_compiled(formula, bits, texts), holds) for formula, holds in facts]
-    # Truths in which a subject equals two literals are not weighed.
+    # Truths in which a subject equals two literals are not weighed, nor those no one number meets.
     clashes = []
     by_subject: dict[str, list[int]] = {}
+    compared: dict[str, list[tuple[int, tuple]]] = {}
     for atom, position in bits.items():
         if atom[0] == "eq":
             by_subject.setdefault(atom[1], []).append(position)
+        if atom[0] in _COMPARISONS:
+            compared.setdefault(atom[1], []).append((position, atom))
     for positions in by_subject.values():
         clashes += [(1 << a) | (1 << b) for a, b in itertools.combinations(positions, 2)]
+    numeric = [atoms_of_subject for atoms_of_subject in compared.values() if any(atom[0] == "cmp" for _, atom in atoms_of_subject)]
     for truth in range(1 << len(atoms)):
         if any(truth & clash == clash for clash in clashes):
+            continue
+        if any(not _one_number_meets(atoms_of_subject, truth) for atoms_of_subject in numeric):
             continue
         if all(test(truth) is holds for test, holds in compiled):
             return True
     return False
+
+
+_ORDER = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+_COMPARISONS = ("eq", "cmp")
+
+
+def _one_number_meets(atoms: list[tuple[int, tuple]], truth: int) -> bool:
+    """Some integer meets every comparison of one subject with the truth each has in `truth`; an
+    equality with what is no integer (`mode == "fsdp"`) leaves the numbers unweighed."""
+    tests, bounds = [], []
+    for position, atom in atoms:
+        holds = bool(truth >> position & 1)
+        if atom[0] == "eq":
+            try:
+                number = int(atom[2])
+            except ValueError:
+                if holds:
+                    return True
+                continue
+            tests.append(lambda value, number=number, holds=holds: (value == number) is holds)
+        else:
+            order, number = atom[2]
+            tests.append(lambda value, compare=_ORDER[order], number=number, holds=holds: compare(value, number) is holds)
+        bounds.append(number)
+    return any(all(test(value) for test in tests) for bound in bounds for value in (bound - 1, bound, bound + 1))

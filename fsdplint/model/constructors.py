@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 import libcst as cst
 
 from fsdplint import distributed
-from fsdplint.model.names import CONSTANTS
+from fsdplint.model.names import CONSTANTS, dotted_name
 from fsdplint.model.ranks import reads_rank
 from fsdplint.model.syntax import integer_literal, literal_default
 from fsdplint.model.values import RANK_NUMBER, Value
@@ -51,11 +51,15 @@ class Constructor:
 @dataclass(frozen=True)
 class Stored:
     """What an attribute holds after construction: the constructor's parameter `parameter` (its value
-    at the call), the literal `literal`, or a value computed from the rank (`varies_with_rank`)."""
+    at the call), the literal `literal`, a value computed from the rank (`varies_with_rank`), or an
+    object a call built (`built_by`)."""
 
     parameter: str | None = None
     literal: str | None = None
     varies_with_rank: bool = False
+    # The class (or function) a call in the constructor built the object by (`self.policy = Policy(...)`):
+    # which object it is differs between objects, its class does not.
+    built_by: str | None = None
 
     def value(self) -> Value | None:
         """What it holds in any object of the class: a literal, or a number that differs between ranks."""
@@ -86,6 +90,13 @@ def attributes_of_every_object(program: Program, file: FileModel, qualname: str)
     the literals and the values computed from the rank its constructor stores."""
     stored = stored_attributes(program, file, qualname, every_object=True)[1]
     return {attribute: value for attribute, held in stored.items() if (value := held.value()) is not None}
+
+
+def attribute_built_by(program: Program, file: FileModel, qualname: str, attribute: str) -> str | None:
+    """The class (or function) by which the constructor of every object of the class builds what it
+    keeps in `attribute` (`Policy` of `self.sharding = Policy(stage=...)`), as written there."""
+    held = stored_attributes(program, file, qualname, every_object=True)[1].get(attribute)
+    return held.built_by if held is not None else None
 
 
 def attributes_at(program: Program, file: FileModel, qualname: str, call: cst.Call, args: tuple[Value, ...],
@@ -211,13 +222,15 @@ def _store(stored: dict[str, Stored], attribute: str, held: Stored | None) -> No
 
 
 def _held(value: cst.CSTNode, params: list[str]) -> Stored | None:
-    """What an attribute assigned `value` holds: a parameter, a literal, or None (not known)."""
+    """What an attribute assigned `value` holds: a parameter, a literal, a call's object, or None (not known)."""
     if type(value) is cst.Name and value.value in params:
         return Stored(parameter=value.value)
     if type(value) is cst.Name and value.value in CONSTANTS or type(value) is cst.Integer:
         return Stored(literal=value.value)
     if type(value) is cst.BinaryOperation and reads_rank(value):
         return Stored(varies_with_rank=True)  # `self._local_rank % local_shard_num` (the rank itself is one by its name)
+    if type(value) is cst.Call and (name := dotted_name(value.func)) is not None:
+        return Stored(built_by=name)
     return None
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Iterator
 import libcst as cst
 
 from fsdplint import distributed
+from fsdplint.model.conditions import can_hold
 from fsdplint.model.events import (
     CALL,
     CALL_VALUE,
@@ -379,7 +380,9 @@ class Flow:
         is_distributed: barrier()`, true for FSDP models only).
         """
         name = self._collective_name(event)
-        return None if name is None or self.type_tested and self._under_type_test(event) else name
+        if name is None or self.type_tested and self._under_type_test(event) or not can_hold(event.facts):
+            return None  # a collective where it does not run, or that never runs: no tests around it hold together
+        return name
 
     def _collective_name(self, event: Event) -> str | None:
         if event.kind == CALL and event.qname:

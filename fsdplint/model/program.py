@@ -191,6 +191,10 @@ class Program:
                 self._parse(unparsed)
         return [function for function in self._functions_by_name.get(method, ()) if function.qualname == f"{class_name}.{method}"]
 
+    def files_defining_class(self, name: str) -> list[FileModel]:
+        """The parsed files that define a class `name` at top level (no file is parsed for it)."""
+        return list(self._classes_by_name.get(name, ()))
+
     def files_with(self, word: str) -> list[FileModel]:
         """The run's files whose text holds `word`, parsing the callee files that do."""
         for unparsed in [unparsed for unparsed in self._unparsed.values() if word in unparsed.source.text]:

@@ -33,7 +33,7 @@ from fsdplint.model.events import (
     Fact,
     RankGuard,
 )
-from fsdplint.model.constructors import attributes_at
+from fsdplint.model.constructors import attribute_built_by, attributes_at, stored_attributes
 from fsdplint.model.files import FileModel, FunctionInfo
 from fsdplint.model.flow import Loop, Write
 from fsdplint.model.modules import RETURNS_SELF
@@ -74,6 +74,7 @@ from fsdplint.model.syntax import (
     parts_that_hold,
     patched_names,
     returned_names,
+    statements_of,
     string_default,
     string_value,
     subexpressions,
@@ -228,6 +229,11 @@ class Walker:
                     if literal is not None:
                         equal = ("eq", self.subject_of(subject), literal)
                         return equal if operator is cst.Equal else ("not", equal)
+            if operator in _ORDER_SYMBOLS:  # `stage >= 2`, `0 < stage`
+                for subject, number, symbol in ((test.left, _integer(integer_literal(other)), _ORDER_SYMBOLS[operator]),
+                                                (other, _integer(integer_literal(test.left)), _FLIPPED[_ORDER_SYMBOLS[operator]])):
+                    if number is not None:
+                        return ("cmp", self.subject_of(subject), (symbol, number))
         name = dotted_name(test)
         if name is not None and self.is_variable(name.split(".")[0]):
             bound = self.env.get(name)
@@ -235,8 +241,123 @@ class Walker:
                 return bound.formula
             ref = self.ref_of(test)
             if ref is not None:
-                return ref
+                return self.property_formula(test, ref) or ref
         return test
+
+    def property_formula(self, test: cst.CSTNode, ref: Ref) -> tuple | None:
+        """`policy.enabled`, where `policy` was built by a class of the run whose `enabled` is a property
+        returning a test of its own attributes (`return self.stage > 0`): that test, of `policy`'s. None
+        where the property returns anything else, or the class is not known."""
+        if type(test) is not cst.Attribute or not ref.path:
+            return None
+        owner = self.env.get(dotted_name(test.value) or "")
+        built_by = owner.built_by if owner is not None and owner.built_by else self.kept_by_constructor(test.value)
+        found = self.class_built_by(self.file, built_by) if built_by else None
+        return self.property_test(found, test.attr.value, Ref(ref.root, ref.path[:-1])) if found else None
+
+    def property_test(self, found: tuple[FileModel, str], name: str, owner: Ref) -> tuple | None:
+        """The test property `name` of class `found` returns, of the object `owner` names (see `owned_test`)."""
+        file, qualname = found
+        getter = file.functions.get(f"{qualname}.{name}")
+        if getter is None or getter.params != ["self"] or "property" not in (decorator_name(d) for d in getter.node.decorators):
+            return None
+        body = [statement for statement in statements_of(getter.node.body)
+                if not (type(statement) is cst.SimpleStatementLine and type(statement.body[0]) is cst.Expr and type(statement.body[0].value) is cst.SimpleString)]
+        if len(body) != 1 or type(body[0]) is not cst.SimpleStatementLine or type(body[0].body[0]) is not cst.Return or body[0].body[0].value is None:
+            return None
+        formula = self.owned_test(body[0].body[0].value, owner, found)
+        return formula if type(formula) is tuple else None
+
+    def owned_test(self, expression: cst.CSTNode, owner: Ref, found: tuple[FileModel, str]) -> tuple | Ref | None:
+        """A test written in a method of class `found` on `self`'s attributes and literals, as a formula of
+        the object `owner` names (`self.stage > 0` of `policy`: `policy.stage > 0`), a property of an
+        attribute its constructor builds read as that property's test; None where a part is anything else."""
+        file = found[0]
+        kind = type(expression)
+        if kind is cst.UnaryOperation and type(expression.operator) is cst.Not:
+            inner = self.owned_test(expression.expression, owner, found)
+            return None if inner is None else ("not", inner)
+        if kind is cst.BooleanOperation:
+            left, right = self.owned_test(expression.left, owner, found), self.owned_test(expression.right, owner, found)
+            return None if left is None or right is None else ("and" if type(expression.operator) is cst.And else "or", left, right)
+        if kind is cst.Comparison and len(expression.comparisons) == 1:
+            operator, other = type(expression.comparisons[0].operator), expression.comparisons[0].comparator
+            subject = self.owned_test(expression.left, owner, found)
+            if type(subject) is not Ref:
+                return None
+            number = _integer(integer_literal(other))
+            if operator in _ORDER_SYMBOLS and number is not None:
+                return ("cmp", subject, (_ORDER_SYMBOLS[operator], number))
+            literal = _literal_text(other, file)
+            if operator in (cst.Equal, cst.NotEqual) and literal is not None:
+                return ("eq", subject, literal) if operator is cst.Equal else ("not", ("eq", subject, literal))
+            return None
+        name = dotted_name(expression)
+        if name is None or name.split(".")[0] != "self" or name == "self":
+            return None
+        path = tuple(name.split(".")[1:])
+        if len(path) == 2:  # `self.sharding.enabled`: a property of the object the constructor keeps there
+            built_by = attribute_built_by(self.flow.program, file, found[1], path[0])
+            held = self.class_built_by(file, built_by) if built_by else None
+            expanded = self.property_test(held, path[1], Ref(owner.root, owner.path + path[:1])) if held else None
+            if expanded is not None:
+                return expanded
+        return Ref(owner.root, owner.path + path)
+
+    def constructor_facts(self, file: FileModel, qualname: str, owner: Ref) -> tuple[Fact, ...]:
+        """What holds of every object of the class once its constructor returned, of the object `owner`
+        names: the tests of its guard clauses (`if <test>: raise ...`, after the `if <test>: return`s
+        before it, and `assert`s), at its top level or in a method of the class it calls there
+        (deepmd-kit's `if self.sharding.enabled and self.change_bias_after_training: raise
+        ValueError(...)`), on attributes the constructor keeps and nothing else in the class assigns."""
+        init = file.functions.get(f"{qualname}.__init__")
+        if init is None:
+            return ()
+        kept = stored_attributes(self.flow.program, file, qualname)[1]
+        facts = self.guard_facts(statements_of(init.node.body), file, qualname, owner, depth=0)
+        return tuple(fact for fact in facts if all(ref.path[len(owner.path):][:1] and ref.path[len(owner.path)] in kept for ref in _refs_in(fact[0])))
+
+    def guard_facts(self, statements: list[cst.CSTNode], file: FileModel, qualname: str, owner: Ref, depth: int) -> list[Fact]:
+        facts: list[Fact] = []
+        returned: list[tuple] = []  # the tests of the `if ...: return`s passed: false past them
+        for statement in statements:
+            if type(statement) is cst.If and statement.orelse is None and statements_of(statement.body) \
+                    and type(last := statements_of(statement.body)[-1]) is cst.SimpleStatementLine and type(last.body[-1]) in (cst.Raise, cst.Return):
+                formula = self.owned_test(statement.test, owner, (file, qualname))
+                if type(last.body[-1]) is cst.Return:
+                    if formula is None:
+                        break  # past it, what holds depends on a test not known
+                    returned.append(formula)
+                elif formula is not None:
+                    facts.append((_all_of(*(("not", test) for test in returned), formula), False))
+            elif type(statement) is cst.SimpleStatementLine and type(statement.body[0]) is cst.Assert and not returned:
+                formula = self.owned_test(statement.body[0].test, owner, (file, qualname))
+                if formula is not None:
+                    facts.append((formula, True))
+            elif type(statement) is cst.SimpleStatementLine and type(small := statement.body[0]) is cst.Expr and type(small.value) is cst.Call \
+                    and type(small.value.func) is cst.Attribute and dotted_name(small.value.func.value) == "self" and depth < 2 and not returned:
+                method = file.functions.get(f"{qualname}.{small.value.func.attr.value}")
+                if method is not None:
+                    facts += self.guard_facts(statements_of(method.node.body), file, qualname, owner, depth + 1)
+            elif type(statement) is cst.SimpleStatementLine and type(statement.body[0]) is cst.Return:
+                break
+        return facts
+
+    def kept_by_constructor(self, node: cst.CSTNode) -> str | None:
+        """`self.sharding` in a method: the class (or function) its class's constructor builds it by."""
+        function = self.function
+        if type(node) is not cst.Attribute or type(node.value) is not cst.Name or function is None or function.class_name is None \
+                or function.params[:1] != [node.value.value]:
+            return None
+        return attribute_built_by(self.flow.program, function.file, function.owner, node.attr.value)
+
+    def class_built_by(self, file: FileModel, built_by: str) -> tuple[FileModel, str] | None:
+        """The class of the run an object's `Value.built_by` (or a call written in `file`) names: of that
+        file by its name, or the one class of that name among the files parsed."""
+        if built_by in file.classes:
+            return file, built_by
+        files = self.flow.program.files_defining_class(built_by.rsplit(".", 1)[-1])
+        return (files[0], built_by.rsplit(".", 1)[-1]) if len(files) == 1 else None
 
     def subject_of(self, node: cst.CSTNode) -> Ref | cst.CSTNode:
         """What a comparison compares: the object a variable of the walk holds, or the expression."""
@@ -1390,6 +1511,7 @@ class Walker:
         prefix = f"{callee.name}@{call_id}:"
         env: dict[str, Value] = {}
         params = list(callee.params)
+        self_name = None
         if callee.class_name and params and params[0] in ("self", "cls"):
             self_name = params.pop(0)
             attributes = None
@@ -1443,8 +1565,11 @@ class Walker:
             env.update({key: value for key, value in self.env.items()
                         if (head := key.split(".", 1)[0]) not in own and head not in callee.params and key not in env})
         chain, call_sites = (self.chain, self.call_sites) if through_wrapper else (self.chain + (callee.name,), self.call_sites + (node,))
+        facts = self.facts
+        if self_name == "self" and env.get(self_name) is not None and env[self_name].ref is not None and not callee.runs_at_construction():
+            facts += self.constructor_facts(callee.file, callee.owner, env[self_name].ref)
         walker = Walker(self.flow, callee.file, callee, env, prefix, chain, self.depth + 1, self.stack,
-                         self.outer + parents + (statement,), self.rank_guards, call_sites, self.contexts, self.arms, self.facts)
+                         self.outer + parents + (statement,), self.rank_guards, call_sites, self.contexts, self.arms, facts)
         walker.patched = self.patched
         if through_wrapper:
             walker.walk_suite(callee.node.body, ())
@@ -1592,6 +1717,28 @@ def _visits_through(wrapper: str, args: tuple[Value, ...]) -> tuple[Value, ...] 
 
 _ORDERINGS = {cst.GreaterThan: operator.gt, cst.GreaterThanEqual: operator.ge, cst.LessThan: operator.lt,
               cst.LessThanEqual: operator.le, cst.Equal: operator.eq, cst.NotEqual: operator.ne}
+
+
+_ORDER_SYMBOLS = {cst.LessThan: "<", cst.LessThanEqual: "<=", cst.GreaterThan: ">", cst.GreaterThanEqual: ">="}
+_FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def _all_of(*formulas: tuple) -> tuple:
+    """The formula that holds where all of `formulas` do."""
+    combined = formulas[-1]
+    for formula in reversed(formulas[:-1]):
+        combined = ("and", formula, combined)
+    return combined
+
+
+def _refs_in(formula) -> Iterator[Ref]:
+    if type(formula) is Ref:
+        yield formula
+    elif type(formula) is tuple and formula[0] in ("not", "and", "or"):
+        for part in formula[1:]:
+            yield from _refs_in(part)
+    elif type(formula) is tuple and type(formula[1]) is Ref:
+        yield formula[1]
 
 
 def _integer(literal: str | None) -> int | None:
