@@ -2434,16 +2434,22 @@ def test_comparisons_of_one_number_hold_together_only_where_one_number_meets_the
 
 
 def test_a_property_of_an_attribute_the_constructor_builds_is_read_as_the_test_it_returns():
-    """deepmd-kit's `self.sharding.enabled`, where the constructor keeps `ShardingPolicy(...)` in
-    `self.sharding` and `enabled` returns `self.stage > 0`: the fact of the event under it is that test
-    of `self.sharding`; and the constructor's guard clauses hold in every other method. Near misses:
-    a property that returns a call, and an attribute another method assigns again (its class not known)."""
+    """deepmd-kit's `self.sharding.enabled`, where the constructor keeps `ShardingPolicy.from_params(...)`
+    (a classmethod that returns an object of its class) in `self.sharding` and `enabled` returns
+    `self.stage > 0`: the fact of the event under it is that test of `self.sharding`; and the
+    constructor's guard clauses hold in every other method. Near misses: a property that returns a
+    call, and an attribute another method assigns again (its class not known)."""
     program = program_of("""
     import lib
 
     class Policy:
         def __init__(self, stage):
             self.stage = stage
+
+        @classmethod
+        def build(cls, stage):
+            policy = cls(stage)
+            return policy if stage else cls(0)
 
         @property
         def enabled(self):
@@ -2455,7 +2461,7 @@ def test_a_property_of_an_attribute_the_constructor_builds_is_read_as_the_test_i
 
     class Trainer:
         def __init__(self, stage, other):
-            self.policy = Policy(stage)
+            self.policy = Policy.build(stage)
             self.other = Policy(other)
             self.resume = lib.flag()
             if self.policy.enabled and self.resume:
@@ -2474,7 +2480,8 @@ def test_a_property_of_an_attribute_the_constructor_builds_is_read_as_the_test_i
     """)
     step = flow_of(program, "Trainer.step")
     facts = {event.qname: [render(formula) for formula, _ in event.facts] for event in step.events if event.qname in ("lib.first", "lib.second", "lib.third")}
-    assert facts == {"lib.first": ["self.policy.stage > 0"], "lib.second": ["self.policy.busy"], "lib.third": ["self.other.enabled"]}
+    built = "self.policy.stage > 0 and self.resume"  # false once the constructor returned, in every method
+    assert facts == {"lib.first": [built, "self.policy.stage > 0"], "lib.second": [built, "self.policy.busy"], "lib.third": [built, "self.other.enabled"]}
     walker = model.walker.Walker(step, step.file, step.function, {}, "", ("step",), 0)
     assert [(render(formula), holds) for formula, holds in walker.constructor_facts(step.file, "Trainer", model.Ref("t"))] == \
         [("t.policy.stage > 0 and t.resume", False)]

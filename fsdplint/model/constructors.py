@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from fsdplint.model.files import FileModel, FunctionInfo
     from fsdplint.model.program import Program
 
-_PLAIN_BASES = frozenset({"torch.nn.Module", "object"})
+_PLAIN_BASES = frozenset({"torch.nn.Module", "object", "abc.ABC"})  # bases that set no attribute of an object
 _DATACLASS = "dataclasses.dataclass"
 _NOT_FIELDS = frozenset({"typing.ClassVar", "dataclasses.KW_ONLY"})  # class attributes, the keyword-only marker
 _INIT_ONLY = "dataclasses.InitVar"  # a parameter of `__init__` the object does not keep

@@ -119,11 +119,19 @@ class FileModel:
         name = dotted_name(node)
         if not name:
             return None
-        head, _, rest = name.partition(".")
+        head = name.partition(".")[0]
         head_node = node
         while type(head_node) is cst.Attribute:
             head_node = head_node.value
         imported = self.imported_as(head_node) if type(head_node) is cst.Name else self.imports.get(head)
+        return self._qualified_from(imported, name)
+
+    def qualify_written(self, name: str) -> str | None:
+        """`qualify` of a dotted name as written at the module's level (`Policy.from_params`)."""
+        return self._qualified_from(self.imports.get(name.partition(".")[0]), name)
+
+    def _qualified_from(self, imported: str | None, name: str) -> str | None:
+        rest = name.partition(".")[2]
         if imported is not None:
             return canonical(imported + ("." + rest if rest else ""))
         for module in self.star_imports:

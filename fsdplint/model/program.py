@@ -122,6 +122,8 @@ class Program:
             return flow
         walker = Walker(flow, file, function, env=self._own_attributes(file, function), prefix="",
                         chain=(function.name,) if function else ("<module>",), depth=0)
+        if function is not None and function.class_name and function.params[:1] == ["self"] and not function.runs_at_construction():
+            walker.facts = walker.constructor_facts(file, function.owner, Ref("self"))  # its object's, once built
         body = function.node.body if function else file.module
         try:
             walker.walk_suite(body, ())
@@ -190,10 +192,6 @@ class Program:
             if class_name in unparsed.defines:
                 self._parse(unparsed)
         return [function for function in self._functions_by_name.get(method, ()) if function.qualname == f"{class_name}.{method}"]
-
-    def files_defining_class(self, name: str) -> list[FileModel]:
-        """The parsed files that define a class `name` at top level (no file is parsed for it)."""
-        return list(self._classes_by_name.get(name, ()))
 
     def files_with(self, word: str) -> list[FileModel]:
         """The run's files whose text holds `word`, parsing the callee files that do."""
@@ -341,7 +339,10 @@ class Program:
         for summaries that make following a method cheap."""
         if type(func) is cst.Name and func.value in file.classes:
             return file, func.value
-        qualified = file.qualify(func)
+        return self.class_named(file.qualify(func), through_packages)
+
+    def class_named(self, qualified: str | None, through_packages: bool = False) -> tuple[FileModel, str] | None:
+        """The class of this run a qualified name names (`class_of`)."""
         if not qualified or distributed.is_torch_name(qualified):
             return None
         module, _, name = qualified.rpartition(".")

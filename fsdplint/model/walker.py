@@ -70,6 +70,7 @@ from fsdplint.model.syntax import (
     leaves_a_loop,
     literal_default,
     no_statements,
+    nodes_under,
     parameter_default,
     parts_that_hold,
     patched_names,
@@ -352,12 +353,20 @@ class Walker:
         return attribute_built_by(self.flow.program, function.file, function.owner, node.attr.value)
 
     def class_built_by(self, file: FileModel, built_by: str) -> tuple[FileModel, str] | None:
-        """The class of the run an object's `Value.built_by` (or a call written in `file`) names: of that
-        file by its name, or the one class of that name among the files parsed."""
+        """The class of the run an object's `Value.built_by` (a qualified name, or a class of the file by
+        its name), or a call written in `file` (`Policy(...)`, `Policy.from_params(...)`), built it by:
+        a class, or a classmethod of one that returns an object of it."""
+        program = self.flow.program
         if built_by in file.classes:
             return file, built_by
-        files = self.flow.program.files_defining_class(built_by.rsplit(".", 1)[-1])
-        return (files[0], built_by.rsplit(".", 1)[-1]) if len(files) == 1 else None
+        head, _, method = built_by.rpartition(".")
+        for written, factory in ((built_by, None), (head, method)):
+            if not written:
+                continue
+            found = (file, written) if written in file.classes else program.class_named(file.qualify_written(written) or written, through_packages=True)
+            if found is not None and (factory is None or _returns_its_class(found[0].functions.get(f"{found[1]}.{factory}"))):
+                return found
+        return None
 
     def subject_of(self, node: cst.CSTNode) -> Ref | cst.CSTNode:
         """What a comparison compares: the object a variable of the walk holds, or the expression."""
@@ -1721,6 +1730,24 @@ _ORDERINGS = {cst.GreaterThan: operator.gt, cst.GreaterThanEqual: operator.ge, c
 
 _ORDER_SYMBOLS = {cst.LessThan: "<", cst.LessThanEqual: "<=", cst.GreaterThan: ">", cst.GreaterThanEqual: ">="}
 _FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def _returns_its_class(function: FunctionInfo | None) -> bool:
+    """A classmethod that returns an object of its class wherever it returns (`return cls(...)`, `policy
+    if distributed else cls()` where `policy = cls(...)`)."""
+    if function is None or "classmethod" not in (decorator_name(d) for d in function.node.decorators) or not function.params:
+        return False
+    own = function.params[0]
+    built = {target.target.value for node in nodes_under(function.node.body, cst.Assign) for target in node.targets
+             if type(target.target) is cst.Name and type(node.value) is cst.Call and dotted_name(node.value.func) == own}
+
+    def builds(value: cst.CSTNode | None) -> bool:
+        if type(value) is cst.IfExp:
+            return builds(value.body) and builds(value.orelse)
+        return type(value) is cst.Call and dotted_name(value.func) == own or type(value) is cst.Name and value.value in built
+
+    returns = list(nodes_under(function.node.body, cst.Return))
+    return bool(returns) and all(builds(node.value) for node in returns)
 
 
 def _all_of(*formulas: tuple) -> tuple:
