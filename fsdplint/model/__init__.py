@@ -29,9 +29,12 @@ What holds where an event runs (`Event.facts`, `Event.conditions`): the tests of
 test else y`) around it and of the `assert`s and the `if`s that leave the block before it, across
 inlined calls, as formulas (`conditions`): a part that reads a variable of the walk is named by the
 object it holds (`c.fsdp` where `c` is the caller's `cfg` is `cfg.fsdp`), a name bound to a test by
-that test (`is_fsdp = is_distributed and args.dist == "fsdp"`). Two events whose facts no truth of
-their atoms makes hold together, a subject equal to one literal at most, never run together
-(`Event.excludes`).
+that test (`is_fsdp = is_distributed and args.dist == "fsdp"`), a property of an object its class's
+constructor builds by the test it returns (`self.sharding.enabled`: `self.sharding.stage > 0`). A
+method's walk starts from what its class's constructor guarantees (its guard clauses: `if ...: raise`).
+Two events whose facts no truth of their atoms makes hold together, a subject equal to one literal at
+most and one number meeting its comparisons, never run together (`Event.excludes`); an event whose own
+facts cannot all hold never runs (a collective there is none, `Flow.collective`).
 
 Ranks: values know whether they are this process's rank (`Value.rank`, with its `RankScope`) or a
 condition only some ranks pass (`Value.rank_test`, by fsdplint/distributed.py's vocabulary and through
