@@ -729,34 +729,17 @@ def test_a_rank_test_through_an_object_is_a_guard():
     """) == []
 
 
-def test_initializing_each_parameter_materializes_a_meta_model():
-    assert codes("""
-    import torch
-    import torch.nn as nn
-    from torch.distributed.fsdp import fully_shard
-
-    def main():
-        with torch.device("meta"):
-            model = Transformer()
-        for block in model.layers:
-            fully_shard(block)
-        fully_shard(model)
-        model.to_empty(device="cuda")
-        for p in model.parameters():
-            nn.init.trunc_normal_(p, std=0.02)
-        return model(1)
-    """) == []
-
-
-@pytest.mark.parametrize("unpacked, expected", [
+@pytest.mark.parametrize("initialize, expected", [
+    ("for p in model.parameters():\n            nn.init.trunc_normal_(p, std=0.02)", []),
     # Duanyll/flow-control's loader: the model's half of `get_state_dict(model, [])`, filled in place by `dcp.load`.
-    ("model_sd, _", []),
+    ("model_sd, _ = get_state_dict(model, [])\n        dcp.load(model_sd, checkpoint_id=path)", []),
     # Near miss: the optimizer's half, which holds none of the model's weights.
-    ("_, model_sd", [(16, "FSDP106")]),
+    ("_, model_sd = get_state_dict(model, [])\n        dcp.load(model_sd, checkpoint_id=path)", [(17, "FSDP106")]),
 ])
-def test_loading_into_the_state_dict_of_get_state_dict_materializes_a_meta_model(unpacked, expected):
+def test_initializing_or_loading_each_parameter_materializes_a_meta_model(initialize, expected):
     assert codes(f"""
     import torch
+    import torch.nn as nn
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
     from torch.distributed.fsdp import fully_shard
@@ -768,8 +751,7 @@ def test_loading_into_the_state_dict_of_get_state_dict_materializes_a_meta_model
             fully_shard(block)
         fully_shard(model)
         model.to_empty(device="cuda")
-        {unpacked} = get_state_dict(model, [])
-        dcp.load(model_sd, checkpoint_id=path)
+        {initialize}
         return model(1)
     """) == expected
 

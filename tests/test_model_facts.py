@@ -21,6 +21,18 @@ def program_of(source: str, name: str = "train.py") -> model.Program:
     return model.Program([file])
 
 
+def parser_of(texts: dict[str, str]):
+    """SourceFiles of `texts` by name, a parser of them into FileModels, and the names it parsed, in order."""
+    sources = {name: SourceFile(Path(name), name, text, "utf-8", False) for name, text in texts.items()}
+    parsed: list[str] = []
+
+    def parse(source):
+        parsed.append(source.display)
+        return model.build_file_model(source, cst.parse_module(source.text))
+
+    return sources, parse, parsed
+
+
 def flow_of(program: model.Program, function: str | None) -> model.Flow:
     """The flow of the module body (None) or of the function's own body: a function that another
     function calls is walked in its callers' flows and gets its own only when asked for."""
@@ -123,10 +135,7 @@ def test_an_import_inside_a_function_names_what_it_imports_there_only():
         "test_all.py": "from other import main\n\ndef test_train():\n    from train_cpt import main\n    main()\n\n"
                        "def test_expand():\n    from expand_model import main\n    main()\n\ndef test_other():\n    main()\n",
     }
-    sources = {name: SourceFile(Path(name), name, text, "utf-8", False) for name, text in texts.items()}
-
-    def parse(source):
-        return model.build_file_model(source, cst.parse_module(source.text))
+    sources, parse, _ = parser_of(texts)
 
     test_file = parse(sources["test_all.py"])
     program = model.Program([test_file], [model.UnparsedFile(sources[name], parse) for name in ("train_cpt.py", "expand_model.py", "other.py")])
@@ -145,13 +154,7 @@ def test_a_global_may_be_read_where_a_file_of_the_run_names_it_past_its_binding(
         "policies.py": "read_here = 1\nread_there = 2\nunread = 3\n\ndef pick():\n    return read_here\n",
         "train.py": "from policies import read_there\n",
     }
-    sources = {name: SourceFile(Path(name), name, text, "utf-8", False) for name, text in texts.items()}
-    parsed: list[str] = []
-
-    def parse(source):
-        parsed.append(source.display)
-        return model.build_file_model(source, cst.parse_module(source.text))
-
+    sources, parse, parsed = parser_of(texts)
     policies = parse(sources["policies.py"])
     program = model.Program([policies], [model.UnparsedFile(sources["train.py"], parse)])
     statements = {statement.body[0].targets[0].target.value: statement for statement in policies.module.body[:3]}
@@ -166,12 +169,7 @@ def test_only_files_that_may_assign_an_attribute_are_parsed_to_find_its_type():
         "reader.py": "def count(net):\n    return len(net.blocks)\n",
         "train.py": "from torch.distributed.fsdp import fully_shard\n\ndef main(net):\n    fully_shard(net.blocks)\n",
     }
-    sources = {name: SourceFile(Path(name), name, text, "utf-8", False) for name, text in texts.items()}
-    parsed: list[str] = []
-
-    def parse(source):
-        parsed.append(source.display)
-        return model.build_file_model(source, cst.parse_module(source.text))
+    sources, parse, parsed = parser_of(texts)
 
     program = model.Program([parse(sources["train.py"])], [model.UnparsedFile(sources[name], parse) for name in ("model.py", "reader.py")])
     assert [file.display for file in program.files_assigning("blocks")] == ["model.py"]
