@@ -2701,3 +2701,35 @@ def test_a_wrap_a_method_binds_to_an_attribute_of_self_is_the_callers_objects(ca
     [use] = [event for event in main.events if event.kind == model.METHOD and event.method == "parameters"]
     assert use.target == model.Ref("trainer", ("model",))
     assert (main.sharding_of(use.target, use.index, fsdp=1) is not None) == managed
+
+
+@pytest.mark.parametrize("base_assigns, facts", [
+    # deepmd-kit's pt_expt trainer: `class Trainer(AbstractTrainer)`, the base imported through its
+    # package's re-export (`from deep.train import Base`), assigns none of what the constructor's guard clause
+    # tests: the clause holds in every method.
+    ("self.steps = 0", [("self.policy.stage > 0 and self.resume", False)]),
+    # Near miss: the base assigns one of them again: not known.
+    ("self.resume = True", []),
+])
+def test_a_base_a_package_re_exports_is_read_for_what_the_constructor_keeps(tmp_path, base_assigns, facts):
+    texts = {
+        "deep/__init__.py": "",
+        "deep/train/__init__.py": "from .base import Base\n",
+        "deep/train/base.py": f"from abc import ABC\n\nclass Base(ABC):\n    def reset(self):\n        {base_assigns}\n",
+        "train.py": "import lib\nfrom deep.train import Base\n\nclass Policy:\n    def __init__(self, stage):\n        self.stage = stage\n\n"
+                    "    @property\n    def enabled(self):\n        return self.stage > 0\n\n"
+                    "class Trainer(Base):\n    def __init__(self, stage):\n        self.policy = Policy(stage)\n        self.resume = lib.flag()\n"
+                    "        if self.policy.enabled and self.resume:\n            raise ValueError('not both')\n\n"
+                    "    def step(self):\n        lib.go()\n",
+    }
+    for name, text in texts.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+
+    def parse(name):
+        return model.build_file_model(SourceFile(tmp_path / name, name, texts[name], "utf-8", False), cst.parse_module(texts[name]))
+
+    program = model.Program([parse("train.py")], [model.UnparsedFile(SourceFile(tmp_path / name, name, texts[name], "utf-8", False),
+                                                                     lambda source: parse(source.display)) for name in texts if name != "train.py"])
+    [go] = [event for event in flow_of(program, "Trainer.step").events if event.qname == "lib.go"]
+    assert [(render(formula), holds) for formula, holds in go.facts] == facts

@@ -134,7 +134,8 @@ def _stored(program: Program, file: FileModel, qualname: str, stores: tuple[dict
         stored = {attribute: held for attribute, held in stored.items() if held.parameter is None}
     if not stored:
         return {}  # before the walk of the class's code below, which is most of the cost
-    lineage = list(program.class_lineage(file, qualname))
+    # Once per class: a base a package re-exports is read too (deepmd-kit's `AbstractTrainer`).
+    lineage = list(program.class_lineage(file, qualname, through_packages=True))
     if any(not isinstance(entry, tuple) and entry not in _PLAIN_BASES for entry in lineage):
         return {}
     # Assigned anywhere else in the lineage (another method, a nested statement of a constructor), or

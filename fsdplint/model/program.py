@@ -356,11 +356,12 @@ class Program:
             found = [(other, name) for other in classes if _inside_package(other.module_name, module)]
         return found[0] if len(found) == 1 else None
 
-    def class_lineage(self, file: FileModel, qualname: str) -> Iterator[tuple[FileModel, str] | str | None]:
+    def class_lineage(self, file: FileModel, qualname: str, through_packages: bool = False) -> Iterator[tuple[FileModel, str] | str | None]:
         """The class, then what it derives from, depth first (Python's method order for single
         inheritance), each once: a class of the run as its file and qualified name there, any other base
         as its qualified name (`torch.nn.Module`; None where the import does not say). A class's bases
-        are looked up only when the one after it is asked for."""
+        are looked up only when the one after it is asked for; with `through_packages`, also those a
+        package re-exports (`class_of`)."""
         pending: list[tuple[FileModel, str] | str | None] = [(file, qualname)]
         seen: set[tuple[int, str]] = set()
         while pending:
@@ -372,7 +373,7 @@ class Program:
             yield entry
             if isinstance(entry, tuple):
                 file, qualname = entry
-                pending[:0] = [self.class_of(file, base.value) or file.qualify(base.value) for base in file.classes[qualname].bases]
+                pending[:0] = [self.class_of(file, base.value, through_packages) or file.qualify(base.value) for base in file.classes[qualname].bases]
 
     def method_of_class(self, file: FileModel, qualname: str, method: str) -> FunctionInfo | None:
         """`qualname.method`, defined by the class or inherited from the first class of the run in its
