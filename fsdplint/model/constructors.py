@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from fsdplint.model.files import FileModel, FunctionInfo
     from fsdplint.model.program import Program
 
-_PLAIN_BASES = frozenset({"torch.nn.Module", "object", "abc.ABC"})  # bases that set no attribute of an object
+_PLAIN_BASES = frozenset({"torch.nn.Module", "object"})
+_ABSTRACT_BASE = "abc.ABC"  # sets no attribute either; read past only where bases are read through packages (cost)
 _DATACLASS = "dataclasses.dataclass"
 _NOT_FIELDS = frozenset({"typing.ClassVar", "dataclasses.KW_ONLY"})  # class attributes, the keyword-only marker
 _INIT_ONLY = "dataclasses.InitVar"  # a parameter of `__init__` the object does not keep
@@ -68,11 +69,16 @@ class Stored:
         return Value(rank_derived=RANK_NUMBER) if self.varies_with_rank else None
 
 
-def stored_attributes(program: Program, file: FileModel, qualname: str, every_object: bool = False) -> tuple[Constructor | None, dict[str, Stored]]:
+def stored_attributes(program: Program, file: FileModel, qualname: str, every_object: bool = False,
+                      objects: bool = False, through_packages: bool = False) -> tuple[Constructor | None, dict[str, Stored]]:
     """The class's constructor, and the attributes an object of the class holds when it returns, from
     the constructor's parameters, literals or the rank (see the module's docstring); with
-    `every_object`, those that hold whatever the call gave (no parameter's). Cached per class."""
-    key = (id(file), qualname, every_object)
+    `every_object`, those that hold whatever the call gave (no parameter's); with `objects`, also those
+    a call built (`Stored.built_by`); with `through_packages`, reading a base a package re-exports too
+    (deepmd-kit's `AbstractTrainer`). The last two for the tests of properties and of guard clauses
+    only: keeping more attributes, and walking more bases, for every construction would cost. Cached
+    per class."""
+    key = (id(file), qualname, every_object, objects, through_packages)
     known = program.constructor_attributes.get(key)
     if known is None:
         init = program.method_of_class(file, qualname, "__init__")
@@ -81,7 +87,9 @@ def stored_attributes(program: Program, file: FileModel, qualname: str, every_ob
             constructor = Constructor(init.params[1:], {name: default for name in init.params[1:] if (default := literal_default(init.node, name)) is not None})
         else:
             constructor, stores = _generated_by_dataclass(program, file, qualname)
-        known = program.constructor_attributes[key] = (constructor, _stored(program, file, qualname, stores, every_object) if constructor else {})
+        if not objects:
+            stores = ({attribute: held for attribute, held in stores[0].items() if held.built_by is None}, stores[1])
+        known = program.constructor_attributes[key] = (constructor, _stored(program, file, qualname, stores, every_object, through_packages) if constructor else {})
     return known
 
 
@@ -95,7 +103,11 @@ def attributes_of_every_object(program: Program, file: FileModel, qualname: str)
 def attribute_built_by(program: Program, file: FileModel, qualname: str, attribute: str) -> str | None:
     """The class (or function) by which the constructor of every object of the class builds what it
     keeps in `attribute` (`Policy` of `self.sharding = Policy(stage=...)`), as written there."""
-    held = stored_attributes(program, file, qualname, every_object=True)[1].get(attribute)
+    init = program.method_of_class(file, qualname, "__init__")
+    written = _constructor_stores(program, init, depth=0)[0].get(attribute) if init is not None else None
+    if written is None or written.built_by is None:
+        return None  # the constructor builds nothing there: no need to read the class and its bases
+    held = stored_attributes(program, file, qualname, every_object=True, objects=True, through_packages=True)[1].get(attribute)
     return held.built_by if held is not None else None
 
 
@@ -128,15 +140,16 @@ def attributes_at(program: Program, file: FileModel, qualname: str, call: cst.Ca
 _KEEP_SELF_TO_THEMSELVES = frozenset({"super"}) | distributed.READ_ONLY_BUILTINS
 
 
-def _stored(program: Program, file: FileModel, qualname: str, stores: tuple[dict[str, Stored], set[int]], every_object: bool) -> dict[str, Stored]:
+def _stored(program: Program, file: FileModel, qualname: str, stores: tuple[dict[str, Stored], set[int]], every_object: bool,
+            through_packages: bool) -> dict[str, Stored]:
     stored, counted = stores
     if every_object:
         stored = {attribute: held for attribute, held in stored.items() if held.parameter is None}
     if not stored:
         return {}  # before the walk of the class's code below, which is most of the cost
-    # Once per class: a base a package re-exports is read too (deepmd-kit's `AbstractTrainer`).
-    lineage = list(program.class_lineage(file, qualname, through_packages=True))
-    if any(not isinstance(entry, tuple) and entry not in _PLAIN_BASES for entry in lineage):
+    lineage = list(program.class_lineage(file, qualname, through_packages))
+    plain = _PLAIN_BASES | {_ABSTRACT_BASE} if through_packages else _PLAIN_BASES
+    if any(not isinstance(entry, tuple) and entry not in plain for entry in lineage):
         return {}
     # Assigned anywhere else in the lineage (another method, a nested statement of a constructor), or
     # `self` handed to a function other than a base's constructor: not known.

@@ -211,15 +211,18 @@ class _FileIndexer:
 
     def index_file(self, module: cst.Module) -> None:
         self.index(module.body)
-        module_level = dict(self.model.imports)
-        for function, imported in self.own_imports.values():
+        targets: dict[str, set[str]] = {local: {full} for local, full in self.model.imports.items()}
+        for _, imported in self.own_imports.values():
             for local, full in imported.items():
                 self.model.imports.setdefault(local, full)
-            if all(module_level.get(local) == full for local, full in imported.items()):
-                continue  # the same as the module's: nothing to tell apart
+                targets.setdefault(local, set()).add(full)
+        for function, imported in self.own_imports.values():
+            differing = {local: full for local, full in imported.items() if len(targets[local]) > 1}
+            if not differing:
+                continue  # what it imports, any function reads so: nothing to tell apart
             for node in _names_in(function.body):
-                if node.value in imported:
-                    self.model.scoped_imports[id(node)] = imported[node.value]
+                if node.value in differing:
+                    self.model.scoped_imports[id(node)] = differing[node.value]
 
     def bind_import(self, local: str, full: str, keep_first: bool = False) -> None:
         if self.functions:

@@ -19,7 +19,7 @@ from fsdplint.model.files import FileModel, FunctionInfo, UnparsedFile
 from fsdplint.model.names import dotted_name
 from fsdplint.model.flow import Flow
 from fsdplint.model.summaries import Summary
-from fsdplint.model.syntax import bound_names, declared_global, runs_exec_in_scope, statements_of
+from fsdplint.model.syntax import bound_names, declared_global, decorator_name, runs_exec_in_scope, statements_of
 from fsdplint.model.values import Ref, Value
 from fsdplint.model.walker import CHARACTERS_PER_STEP, PROGRAM_BUDGET, BudgetExhausted, Walker
 
@@ -58,7 +58,8 @@ class Program:
         # that asks before, `isinstance(self.model, FSDPModule)`, finds none).
         self.class_shards: dict[tuple[str, str], list[Event]] = {}
         self.class_registrations: dict[tuple[str, str], set[tuple[Ref, str]]] = {}  # ... and the forward methods it registers on `self.x`
-        self.constructor_attributes: dict[tuple[int, str, bool], tuple] = {}  # constructors.stored_attributes, by class and purpose
+        self.constructor_attributes: dict[tuple[int, str, bool, bool, bool], tuple] = {}  # constructors.stored_attributes, by class and purpose
+        self.constructor_guards: dict[tuple[int, str], tuple] = {}  # Walker.constructor_facts, by class (its file kept)
         for file in self.files:
             self._index(file)
         # The run's budget goes first to the files that mention FSDP, whose flows rules report on most;
@@ -160,6 +161,7 @@ class Program:
         self.class_shards = {}
         self.class_registrations = {}
         self.constructor_attributes = {}
+        self.constructor_guards = {}
         self.summaries.clear()
         self._functions_by_name = {}
         self._resolved = {}
@@ -180,6 +182,15 @@ class Program:
                 self._parse(unparsed)
         functions = self.functions_named(name) if mentioning is None else self._functions_by_name.get(name, [])
         return [self.flow_of(function) for function in functions if mentioning is None or mentioning in function.file.source.text]
+
+    def may_define_property(self, name: str) -> bool:
+        """Whether a file of the run may define a property `name`: a parsed one does, or the text of one
+        not parsed yet has `@property` over a `def` of that name. An attribute read (`policy.enabled`)
+        may be one only then."""
+        if any("property" in (decorator_name(decorator) for decorator in function.node.decorators) for function in self._functions_by_name.get(name, ())):
+            return True
+        getter = re.compile(rf"@property\s+(?:@[^\n]*\s+)*def\s+{re.escape(name)}\b")
+        return any(getter.search(unparsed.source.text) for unparsed in self._unparsed_by_name.get(name, ()))
 
     def functions_named(self, name: str) -> list[FunctionInfo]:
         """The run's functions called `name` (methods included), parsing the callee files that may define one."""

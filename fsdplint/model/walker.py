@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
 import libcst as cst
 
 from fsdplint import distributed
+from fsdplint.model import conditions
 from fsdplint.model.events import (
     NO_SPREAD,
     ASSIGN,
@@ -249,7 +250,7 @@ class Walker:
         """`policy.enabled`, where `policy` was built by a class of the run whose `enabled` is a property
         returning a test of its own attributes (`return self.stage > 0`): that test, of `policy`'s. None
         where the property returns anything else, or the class is not known."""
-        if type(test) is not cst.Attribute or not ref.path:
+        if type(test) is not cst.Attribute or not ref.path or not self.flow.program.may_define_property(test.attr.value):
             return None
         owner = self.env.get(dotted_name(test.value) or "")
         built_by = owner.built_by if owner is not None and owner.built_by else self.kept_by_constructor(test.value)
@@ -297,7 +298,7 @@ class Walker:
         if name is None or name.split(".")[0] != "self" or name == "self":
             return None
         path = tuple(name.split(".")[1:])
-        if len(path) == 2:  # `self.sharding.enabled`: a property of the object the constructor keeps there
+        if len(path) == 2 and self.flow.program.may_define_property(path[1]):  # `self.sharding.enabled`: a property of the object the constructor keeps
             built_by = attribute_built_by(self.flow.program, file, found[1], path[0])
             held = self.class_built_by(file, built_by) if built_by else None
             expanded = self.property_test(held, path[1], Ref(owner.root, owner.path + path[:1])) if held else None
@@ -311,12 +312,19 @@ class Walker:
         before it, and `assert`s), at its top level or in a method of the class it calls there
         (deepmd-kit's `if self.sharding.enabled and self.change_bias_after_training: raise
         ValueError(...)`), on attributes the constructor keeps and nothing else in the class assigns."""
-        init = file.functions.get(f"{qualname}.__init__")
-        if init is None:
-            return ()
-        kept = stored_attributes(self.flow.program, file, qualname)[1]
-        facts = self.guard_facts(statements_of(init.node.body), file, qualname, owner, depth=0)
-        return tuple(fact for fact in facts if all(ref.path[len(owner.path):][:1] and ref.path[len(owner.path)] in kept for ref in _refs_in(fact[0])))
+        program = self.flow.program
+        key = (id(file), qualname)
+        if key not in program.constructor_guards:  # once per class, of a stand-in for its object
+            init = file.functions.get(f"{qualname}.__init__")
+            facts = self.guard_facts(statements_of(init.node.body), file, qualname, _OBJECT, depth=0) if init is not None else []
+            kept = stored_attributes(program, file, qualname, objects=True, through_packages=True)[1] if facts else {}
+            program.constructor_guards[key] = (file, tuple(fact for fact in facts if all(ref.path[:1] and ref.path[0] in kept for ref in _refs_in(fact[0]))))
+        facts = program.constructor_guards[key][1]
+        if not facts or owner == _OBJECT:
+            return facts
+        def of_owner(ref: Ref) -> Ref:
+            return Ref(owner.root, owner.path + ref.path) if ref.root == _OBJECT.root else ref
+        return tuple((conditions.mapped(formula, of_owner), holds) for formula, holds in facts)
 
     def guard_facts(self, statements: list[cst.CSTNode], file: FileModel, qualname: str, owner: Ref, depth: int) -> list[Fact]:
         facts: list[Fact] = []
@@ -1728,6 +1736,7 @@ _ORDERINGS = {cst.GreaterThan: operator.gt, cst.GreaterThanEqual: operator.ge, c
               cst.LessThanEqual: operator.le, cst.Equal: operator.eq, cst.NotEqual: operator.ne}
 
 
+_OBJECT = Ref("\x00object")  # the object a class's constructor facts are of, before a caller names it
 _ORDER_SYMBOLS = {cst.LessThan: "<", cst.LessThanEqual: "<=", cst.GreaterThan: ">", cst.GreaterThanEqual: ">="}
 _FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
