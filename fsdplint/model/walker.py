@@ -327,6 +327,7 @@ class Walker:
         return tuple((conditions.mapped(formula, of_owner), holds) for formula, holds in facts)
 
     def guard_facts(self, statements: list[cst.CSTNode], file: FileModel, qualname: str, owner: Ref, depth: int) -> list[Fact]:
+        """The guard clauses of a constructor's (or a method's it calls) top-level `statements` (see `constructor_facts`)."""
         facts: list[Fact] = []
         returned: list[tuple] = []  # the tests of the `if ...: return`s passed: false past them
         for statement in statements:
