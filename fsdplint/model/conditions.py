@@ -208,7 +208,7 @@ def satisfiable(facts, texts: dict[int, str] | None = None) -> bool:
     return False
 
 
-_ORDER = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+ORDERS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}  # what a "cmp" atom's operator asks
 _COMPARISONS = ("eq", "cmp")
 
 
@@ -228,6 +228,6 @@ def _one_number_meets(atoms: list[tuple[int, tuple]], truth: int) -> bool:
             tests.append(lambda value, number=number, holds=holds: (value == number) is holds)
         else:
             order, number = atom[2]
-            tests.append(lambda value, compare=_ORDER[order], number=number, holds=holds: compare(value, number) is holds)
+            tests.append(lambda value, compare=ORDERS[order], number=number, holds=holds: compare(value, number) is holds)
         bounds.append(number)
     return any(all(test(value) for test in tests) for bound in bounds for value in (bound - 1, bound, bound + 1))

@@ -11,7 +11,7 @@ import libcst as cst
 from libcst.metadata import CodeRange, PositionProvider
 
 from fsdplint.model.names import FSDP1_WRAPPER, FULLY_SHARD, canonical, dotted_name
-from fsdplint.model.syntax import statements_of, string_value, suites_of
+from fsdplint.model.syntax import nodes_under, statements_of, string_value, suites_of
 from fsdplint.plan import FileText, defined_names, module_name_for
 from fsdplint.source import SourceFile
 
@@ -220,7 +220,7 @@ class _FileIndexer:
             differing = {local: full for local, full in imported.items() if len(targets[local]) > 1}
             if not differing:
                 continue  # what it imports, any function reads so: nothing to tell apart
-            for node in _names_in(function.body):
+            for node in nodes_under(function.body, cst.Name):  # nested functions too: they see its imports
                 if node.value in differing:
                     self.model.scoped_imports[id(node)] = differing[node.value]
 
@@ -301,19 +301,6 @@ class _FileIndexer:
             for target in node.targets:
                 if type(target.target) is cst.Attribute:
                     self.model.attribute_types.setdefault(target.target.attr.value, set()).add(callee)
-
-
-def _names_in(node: cst.CSTNode) -> list[cst.Name]:
-    """Every Name node under `node`, nested functions included (they see their function's imports)."""
-    found: list[cst.Name] = []
-    pending = [node]
-    while pending:
-        current = pending.pop()
-        if type(current) is cst.Name:
-            found.append(current)
-        else:
-            pending.extend(current.children)
-    return found
 
 
 def lines_code(module: cst.Module, lines: Sequence[cst.EmptyLine]) -> str:

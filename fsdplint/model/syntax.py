@@ -88,29 +88,28 @@ def bound_names(statements) -> Iterator[str]:
                 yield from bound_names(statements_of(suite))
 
 
-def declared_global(statements) -> Iterator[str]:
-    """The names a `global` statement of the body declares (nested functions and classes not)."""
+def small_statements(statements) -> Iterator[cst.BaseSmallStatement]:
+    """Every small statement of the body (`x = 1`, `global x`, a call), nested blocks included, nested
+    functions and classes not."""
     for statement in statements:
         if type(statement) is cst.SimpleStatementLine:
-            for small in statement.body:
-                if type(small) is cst.Global:
-                    yield from (item.name.value for item in small.names)
+            yield from statement.body
         elif type(statement) not in (cst.FunctionDef, cst.ClassDef):
             for suite in suites_of(statement):
-                yield from declared_global(statements_of(suite))
+                yield from small_statements(statements_of(suite))
+
+
+def declared_global(statements) -> Iterator[str]:
+    """The names a `global` statement of the body declares (nested functions and classes not)."""
+    for small in small_statements(statements):
+        if type(small) is cst.Global:
+            yield from (item.name.value for item in small.names)
 
 
 def runs_exec_in_scope(statements) -> bool:
     """Some statement of the body (nested functions and classes not) is a call of `exec` in the body's
     own names: nanoGPT's `exec(open("configurator.py").read())` at the top level sets any global again."""
-    for statement in statements:
-        if type(statement) is cst.SimpleStatementLine:
-            if any(type(small) is cst.Expr and type(small.value) is cst.Call and _execs_in_own_names(small.value) for small in statement.body):
-                return True
-        elif type(statement) not in (cst.FunctionDef, cst.ClassDef):
-            if any(runs_exec_in_scope(statements_of(suite)) for suite in suites_of(statement)):
-                return True
-    return False
+    return any(type(small) is cst.Expr and type(small.value) is cst.Call and _execs_in_own_names(small.value) for small in small_statements(statements))
 
 
 def _execs_in_own_names(call: cst.Call) -> bool:

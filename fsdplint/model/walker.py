@@ -224,18 +224,11 @@ class Walker:
         if kind is cst.BooleanOperation:
             return ("and" if type(test.operator) is cst.And else "or", self.formula_of(test.left), self.formula_of(test.right))
         if kind is cst.Comparison and len(test.comparisons) == 1:
-            # `args.dist == "fsdp"` (not `x is None`: tests of None are many, and say little of which arm runs)
-            operator, other = type(test.comparisons[0].operator), test.comparisons[0].comparator
-            if operator in (cst.Equal, cst.NotEqual):
-                for subject, literal in ((test.left, _literal_text(other, self.file)), (other, _literal_text(test.left, self.file))):
-                    if literal is not None:
-                        equal = ("eq", self.subject_of(subject), literal)
-                        return equal if operator is cst.Equal else ("not", equal)
-            if operator in _ORDER_SYMBOLS:  # `stage >= 2`, `0 < stage`
-                for subject, number, symbol in ((test.left, _integer(integer_literal(other)), _ORDER_SYMBOLS[operator]),
-                                                (other, _integer(integer_literal(test.left)), _FLIPPED[_ORDER_SYMBOLS[operator]])):
-                    if number is not None:
-                        return ("cmp", self.subject_of(subject), (symbol, number))
+            # `args.dist == "fsdp"`, `stage >= 2`, `0 < stage` (not `x is None`: tests of None are many,
+            # and say little of which arm runs)
+            compared = _compared(test, self.file, self.subject_of, either_side=True)
+            if compared is not None:
+                return compared
         name = dotted_name(test)
         if name is not None and self.is_variable(name.split(".")[0]):
             bound = self.env.get(name)
@@ -283,17 +276,10 @@ class Walker:
             left, right = self.owned_test(expression.left, owner, found), self.owned_test(expression.right, owner, found)
             return None if left is None or right is None else ("and" if type(expression.operator) is cst.And else "or", left, right)
         if kind is cst.Comparison and len(expression.comparisons) == 1:
-            operator, other = type(expression.comparisons[0].operator), expression.comparisons[0].comparator
-            subject = self.owned_test(expression.left, owner, found)
-            if type(subject) is not Ref:
-                return None
-            number = _integer(integer_literal(other))
-            if operator in _ORDER_SYMBOLS and number is not None:
-                return ("cmp", subject, (_ORDER_SYMBOLS[operator], number))
-            literal = _literal_text(other, file)
-            if operator in (cst.Equal, cst.NotEqual) and literal is not None:
-                return ("eq", subject, literal) if operator is cst.Equal else ("not", ("eq", subject, literal))
-            return None
+            def attribute(side: cst.CSTNode) -> Ref | None:
+                subject = self.owned_test(side, owner, found)
+                return subject if type(subject) is Ref else None
+            return _compared(expression, file, attribute, either_side=False)
         name = dotted_name(expression)
         if name is None or name.split(".")[0] != "self" or name == "self":
             return None
@@ -366,8 +352,6 @@ class Walker:
         its name), or a call written in `file` (`Policy(...)`, `Policy.from_params(...)`), built it by:
         a class, or a classmethod of one that returns an object of it."""
         program = self.flow.program
-        if built_by in file.classes:
-            return file, built_by
         head, _, method = built_by.rpartition(".")
         for written, factory in ((built_by, None), (head, method)):
             if not written:
@@ -1733,13 +1717,28 @@ def _visits_through(wrapper: str, args: tuple[Value, ...]) -> tuple[Value, ...] 
     return None  # `sorted`, `filter`: which, in which order, is not known
 
 
-_ORDERINGS = {cst.GreaterThan: operator.gt, cst.GreaterThanEqual: operator.ge, cst.LessThan: operator.lt,
-              cst.LessThanEqual: operator.le, cst.Equal: operator.eq, cst.NotEqual: operator.ne}
 
 
 _OBJECT = Ref("\x00object")  # the object a class's constructor facts are of, before a caller names it
 _ORDER_SYMBOLS = {cst.LessThan: "<", cst.LessThanEqual: "<=", cst.GreaterThan: ">", cst.GreaterThanEqual: ">="}
-_FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+_FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}  # `0 < stage` is `stage > 0`
+_ORDERINGS = {kind: conditions.ORDERS[symbol] for kind, symbol in _ORDER_SYMBOLS.items()} | {cst.Equal: operator.eq, cst.NotEqual: operator.ne}
+
+
+def _compared(test: cst.Comparison, file: FileModel, subject_of: Callable[[cst.CSTNode], object], either_side: bool) -> tuple | None:
+    """A comparison with a literal as a formula's atom (see conditions): `args.dist == "fsdp"`,
+    `stage >= 2`, the other side as `subject_of` names it; with `either_side`, the literal on the left
+    too (`0 < stage`). None where no side is a literal, or `subject_of` names no subject (None)."""
+    operator, left, other = type(test.comparisons[0].operator), test.left, test.comparisons[0].comparator
+    sides = ((left, other, False), (other, left, True)) if either_side else ((left, other, False),)
+    for subject, literal, flipped in sides:
+        text, number = _literal_text(literal, file), _integer(integer_literal(literal))
+        if operator in (cst.Equal, cst.NotEqual) and text is not None and (named := subject_of(subject)) is not None:
+            return ("eq", named, text) if operator is cst.Equal else ("not", ("eq", named, text))
+        if operator in _ORDER_SYMBOLS and number is not None and (named := subject_of(subject)) is not None:
+            symbol = _ORDER_SYMBOLS[operator]
+            return ("cmp", named, (_FLIPPED[symbol] if flipped else symbol, number))
+    return None
 
 
 def _returns_its_class(function: FunctionInfo | None) -> bool:
