@@ -81,8 +81,7 @@ class TorchSaveShardedState(Rule):
                     continue
                 if event.qname != "torch.save" or not event.args:
                     continue
-                sharded = [(module, shard) for module in sorted(event.args[0].params_of, key=str)
-                           if (shard := flow.sharding_of(module, event.index, fsdp=2)) is not None]
+                sharded = flow.sharded_state(event.args[0], event.index)
                 path = event.argument(1, "f")  # torch.save(obj, f, ...)
                 buffer = flow.origin(path[1], event.index) if path is not None else None
                 if buffer is not None and buffer.qname in distributed.IN_MEMORY_BUFFERS:

@@ -1395,3 +1395,40 @@ def test_blocks_sharded_from_an_iterable_built_from_the_model_are_its_sub_module
     loop = "for i, block, _ in block_iterator:\n            fully_shard(block)"
     assert codes(source.format(loop=loop), ["FSDP101"]) == []
     assert codes(source.format(loop="pass"), ["FSDP101"]) == [(11, "FSDP101")]
+
+
+@pytest.mark.parametrize("gathered_where, reported", [
+    # deepmd-kit's trainer: the full state dict gathered where the parameters are sharded, the
+    # module's own `state_dict()` elsewhere, where it is not: the saved dict holds no shard.
+    ("self.shards", []),
+    # Near miss: the module's own state taken where it is sharded.
+    ("not self.shards", [(22, "FSDP201")]),
+])
+def test_fsdp201_reads_where_the_state_was_taken(gathered_where, reported):
+    source = f"""
+import lib
+import torch
+from torch.distributed.fsdp import fully_shard
+
+
+class Trainer:
+    def __init__(self, shards):
+        self.shards = shards
+        self.model = lib.Net()
+        if self.shards:
+            fully_shard(self.model)
+
+    def collect(self):
+        if {gathered_where}:
+            state = lib.gather(self.model)
+        else:
+            state = self.model.state_dict()
+        return state
+
+    def save(self):
+        torch.save({{"model": self.collect()}}, "m.pt")
+
+
+Trainer(lib.flag()).save()
+"""
+    assert codes(source, ["FSDP201"]) == reported

@@ -1341,7 +1341,7 @@ def _value_with_every_field_set() -> model.Value:
     caller = model.Ref("x", ("layers",))
     made = SimpleNamespace(kind=model.CALL, qname="build", method=None, binding=None, targets=(), node=None)
     return model.Value(
-        ref=caller, params_of=frozenset({caller}), iterates=caller, iterates_self=True, event=made,
+        ref=caller, params_of=frozenset({caller}), params_read=(made,), iterates=caller, iterates_self=True, event=made,
         elements=(model.Value(ref=model.Ref("y")),), visits=(model.Value(ref=model.Ref("z")),), callees=(function("f"),),
         table=(function("g"),), entries=(("lr", model.Value(ref=model.Ref("y")), object()),), rank=model.Rank(model.GLOBAL_RANK), constant="True", literal="True",
         rank_test=model.RankTest(True, True), always_false=True, element=model.Element(caller, "0", ()), each_of=caller,
@@ -2733,3 +2733,33 @@ def test_a_base_a_package_re_exports_is_read_for_what_the_constructor_keeps(tmp_
                                                                      lambda source: parse(source.display)) for name in texts if name != "train.py"])
     [go] = [event for event in flow_of(program, "Trainer.step").events if event.qname == "lib.go"]
     assert [(render(formula), holds) for formula, holds in go.facts] == facts
+
+
+@pytest.mark.parametrize("taken_where_unsharded, sharded", [
+    # deepmd-kit's `_collect_checkpoint_states`: the module's own `state_dict()` only in the arm where
+    # its parameters are not sharded (the other arm gathers a full state dict); the dict saved past
+    # the `if` holds no sharded state, though the module is sharded on the other path.
+    (True, []),
+    # Near miss: the state taken in the arm where the module is sharded.
+    (False, ["model"]),
+])
+def test_a_state_dict_says_where_its_state_was_taken(taken_where_unsharded, sharded):
+    program = program_of(f"""
+    import lib
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+    def save(model, shards):
+        if shards:
+            fully_shard(model)
+        if {"" if taken_where_unsharded else "not "}shards:
+            state = lib.gather(model)
+        else:
+            state = model.state_dict()
+        torch.save({{"model": state}}, "m.pt")
+    """)
+    flow = flow_of(program, "save")
+    [taken] = [event for event in flow.events if event.method == "state_dict"]
+    [save] = [event for event in flow.events if event.qname == "torch.save"]
+    assert save.args[0].params_read == (taken,)
+    assert [module.name for module, _ in flow.sharded_state(save.args[0], save.index)] == sharded

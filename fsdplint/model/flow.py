@@ -251,6 +251,22 @@ class Flow:
             return None
         return managing[-1] if managing else None
 
+    def sharded_state(self, value: Value, before: int) -> list[tuple[Ref, Event]]:
+        """The modules whose FSDP2-sharded state `value` holds at event `before`, each with its last
+        shard event: sharded before `before` and, where the value says where their state was taken
+        (`Value.params_read`), at one of those places: a `state_dict()` taken in an arm where the
+        module is not sharded holds plain tensors (deepmd-kit's `module.state_dict()` under `if not
+        shards_parameters`, saved past the `if` beside the gathered arm's full state dict)."""
+        taken = [read for read in value.params_read if read.index < len(self.events) and self.events[read.index] is read]
+        if len(taken) != len(value.params_read):
+            taken = []  # taken in another flow: not known here
+        found = []
+        for module in sorted(value.params_of, key=str):
+            shard = self.sharding_of(module, before, fsdp=2)
+            if shard is not None and (not taken or any(self.sharding_of(module, read.index, fsdp=2) is not None for read in taken)):
+                found.append((module, shard))
+        return found
+
     def runs_forever_after(self, event: Event) -> bool:
         """On every path past `event`, the process enters a loop nothing leaves (`while True:` serving
         requests, LLaMA2-Accessory's model workers; a helper's `while True: time.sleep(...)`, NVlabs/rcm's

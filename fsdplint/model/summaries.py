@@ -125,7 +125,8 @@ class _Shaper:
         self.values[id(given)] = len(self.values)
         self.context.values.append(given)
         element, ref = given.element, self.ref
-        return (self.values[id(given)], ref(given.ref), tuple(sorted((ref(owner) for owner in given.params_of), key=repr)), ref(given.iterates),
+        return (self.values[id(given)], ref(given.ref), tuple(sorted((ref(owner) for owner in given.params_of), key=repr)),
+                tuple(map(self.event, given.params_read)), ref(given.iterates),
                 given.iterates_self, self.event(given.event), _each(self.value, given.elements), _each(self.value, given.visits),
                 tuple(id(function.node) for function in given.callees), tuple(id(function.node) for function in given.table), given.rank,
                 given.constant, given.literal, given.rank_test, given.always_false,
@@ -306,7 +307,8 @@ class Copier:
                 or value.entries or value.formula):
             return value  # nothing in it names a variable or an event: the same in every call
         element = value.element
-        copy = Value(ref=self.ref(value.ref), params_of=self.refs(value.params_of), iterates=self.ref(value.iterates), iterates_self=value.iterates_self,
+        copy = Value(ref=self.ref(value.ref), params_of=self.refs(value.params_of),
+                     params_read=tuple(map(self.event, value.params_read)) if value.params_read else (), iterates=self.ref(value.iterates), iterates_self=value.iterates_self,
                      event=self.event(value.event), elements=self.each(value.elements), visits=self.each(value.visits), callees=value.callees,
                      table=value.table, rank=value.rank, constant=value.constant, literal=value.literal, rank_test=value.rank_test,
                      always_false=value.always_false, each_of=self.ref(value.each_of), built_by=value.built_by, rank_derived=value.rank_derived,

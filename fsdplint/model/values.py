@@ -130,12 +130,27 @@ def refs_of(values: Iterable[Value]) -> frozenset[Ref]:
     return found[0] if len(found) == 1 else found[0].union(*found[1:])
 
 
+def reads_of(values: Iterable[Value]) -> tuple[Event, ...]:
+    """Where the state that flows into any of `values` was taken (their `params_read` together, in
+    order); () when one of them holds some state without saying where (not known)."""
+    holding = [value for value in values if value.params_of]
+    if not holding or any(not value.params_read for value in holding):
+        return ()
+    if len(holding) == 1:
+        return holding[0].params_read
+    return tuple({id(read): read for value in holding for read in value.params_read}.values())  # events hash by identity here
+
+
 @dataclass(slots=True)  # one for each expression evaluated: no per-instance dict
 class Value:
     """What an expression evaluates to, as far as the model cares."""
 
     ref: Ref | None = None
     params_of: frozenset[Ref] = NO_REFS  # parameters of these modules flow into the value
+    # The events that took the state of `params_of`'s modules (`model.state_dict()` in one arm of an
+    # `if`), where each module's was taken by one of them; () where not known. Whether the state is
+    # sharded is a question about those places, not about where the value is used.
+    params_read: tuple[Event, ...] = ()
     iterates: Ref | None = None  # iterating the value yields sub-modules of this ref
     iterates_self: bool = False  # ... and the module `iterates` itself first (`model.modules()`)
     event: Event | None = None  # the event that produced the value

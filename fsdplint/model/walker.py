@@ -99,6 +99,7 @@ from fsdplint.model.values import (
     RankTest,
     Ref,
     Value,
+    reads_of,
     refs_of,
 )
 
@@ -883,7 +884,7 @@ class Walker:
             once = root is not None and self.assigned_once(key)
             constant = value.constant if once and value.constant else None
             formula = self.formula_of(source) if source is not None and _is_test(source) else None
-            bound = Value(ref=ref, formula=formula, params_of=value.params_of, iterates=value.iterates, iterates_self=value.iterates_self, elements=value.elements,
+            bound = Value(ref=ref, formula=formula, params_of=value.params_of, params_read=value.params_read, iterates=value.iterates, iterates_self=value.iterates_self, elements=value.elements,
                           rank=value.rank, constant=constant, literal=value.constant, rank_test=value.rank_test, visits=value.visits,
                           callees=value.callees, table=value.table, entries=value.entries, built_by=value.built_by, rank_derived=value.rank_derived,
                           world_size=value.world_size, text=value.text if once else None, run_test=value.run_test,
@@ -1115,7 +1116,8 @@ class Walker:
             params = refs_of(elements)
             visits = tuple(self.element_of(value) if type(element) is cst.StarredElement else value
                            for element, value in zip(node.elements, elements))
-            return Value(params_of=params, elements=elements, iterates=_common_ref([e.ref for e in elements]), visits=visits)
+            return Value(params_of=params, params_read=reads_of(elements), elements=elements, iterates=_common_ref([e.ref for e in elements]),
+                         visits=visits)
         if type(node) is cst.FormattedString:
             parts = [self.expr(part, statement, parents) for part in subexpressions(node)]
             texts = iter(UNKNOWN_PART if part.text is None else part.text for part in parts)
@@ -1138,9 +1140,9 @@ class Walker:
             keys, entries = parts[0::2], parts[1::2]  # keys and values alternate
             table = tuple(entry.callees[0] for entry in entries) if all(len(entry.callees) == 1 for entry in entries) else ()
             named = all(key.text is not None and UNKNOWN_PART not in key.text for key in keys)
-            return Value(params_of=params, table=table, entries=tuple((key.text, entry, element.value) for key, entry, element in zip(keys, entries, node.elements))
+            return Value(params_of=params, params_read=reads_of(parts), table=table, entries=tuple((key.text, entry, element.value) for key, entry, element in zip(keys, entries, node.elements))
                          if named else None)
-        return Value(params_of=params)
+        return Value(params_of=params, params_read=reads_of(parts))
 
     def comparison(self, node: cst.Comparison, statement: cst.CSTNode, parents: tuple) -> Value:
         """`rank == 0`, `dist.get_rank() != 0`, `local_rank in (-1, 0)`: true on some ranks only.
@@ -1316,10 +1318,10 @@ class Walker:
             if method in RETURNS_SELF:
                 return Value(ref=receiver.ref, event=event)
             if method == "state_dict":
-                return Value(event=event, params_of=receiver.params_of | {receiver.ref})
+                return Value(event=event, params_of=receiver.params_of | {receiver.ref}, params_read=() if receiver.params_of else (event,))
             if method in _GATHERS:
                 return Value(event=event)
-            return Value(event=event, params_of=receiver.params_of)
+            return Value(event=event, params_of=receiver.params_of, params_read=receiver.params_read)  # `state.items()`, `state.copy()`
         if (type(func) is cst.Attribute and qname is None and func.attr.value in RETURNS_SELF
                 and receiver.event is not None and receiver.event.kind == CALL):
             # `nn.Linear(4, 4).to(device)` is still the module `nn.Linear(...)` built; the move is a call
@@ -1341,7 +1343,7 @@ class Walker:
             return Value(ref=taken, event=event)
         if qname is not None and distributed.is_state_dict_getter(qname) and args and args[0].ref is not None \
                 and self.flow.full_state_dict(event) is False:
-            state = Value(event=event, params_of=frozenset({args[0].ref}))  # the module's sharded state, as `model.state_dict()` is
+            state = Value(event=event, params_of=frozenset({args[0].ref}), params_read=(event,))  # the module's sharded state, as `model.state_dict()` is
             if qname.rsplit(".", 1)[-1] == "get_state_dict":
                 # `model_sd, optim_sd = get_state_dict(model, optimizers)`: the pair, the model's first
                 return dataclasses.replace(state, elements=(state, Value(event=event)))
@@ -1352,7 +1354,7 @@ class Walker:
         # `str(host)` of a string is that string (nvidia-resiliency-ext's `MASTER_ADDR = str(host)`).
         text = args[0].text if qname is None and type(func) is cst.Name and func.value == "str" and len(node.args) == 1 \
             and not node.args[0].keyword and not node.args[0].star else None
-        return Value(event=event, params_of=flowing if qname is None else NO_REFS, rank=rank_of_call(qname, func, node, args), built_by=built_by,
+        return Value(event=event, params_of=flowing if qname is None else NO_REFS, params_read=reads_of(args) if qname is None and not kwargs else (), rank=rank_of_call(qname, func, node, args), built_by=built_by,
                      constant="None" if qname in distributed.RETURNS_NONE else None, text=text,
                      rank_derived=rank_derived_of_call(qname, func, node, args), world_size=world_size_of_call(qname, func, node, args))
 
