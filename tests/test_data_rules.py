@@ -159,6 +159,27 @@ def test_a_copy_of_the_loader_iterates_as_the_loader_does(first, iterated, expec
     assert lines(source, "FSDP311") == expected
 
 
+@pytest.mark.parametrize("first, iterated, expected", [
+    # aruncs2005/llama2-70b-finetuning: `enumerate(tqdm(train_dataloader))` each epoch, no `set_epoch`.
+    ("pass", "enumerate(tqdm(loader, disable=True))", [6]),
+    ("pass", "tqdm(enumerate(loader))", [6]),
+    # Near miss: the epoch set first.
+    ("sampler.set_epoch(epoch)", "enumerate(tqdm(loader))", []),
+])
+def test_a_progress_bar_iterates_the_loader_it_wraps(first, iterated, expected):
+    source = f"""
+    from tqdm import tqdm
+    def train(model, dataset):
+        sampler = DistributedSampler(dataset)
+        loader = DataLoader(dataset, sampler=sampler)
+        for epoch in range(3):
+            {first}
+            for x in {iterated}:
+                model(x).sum().backward()
+    """
+    assert lines(source, "FSDP311") == expected
+
+
 @pytest.mark.parametrize("handed, expected", [
     # SaltyPeppermint/toothless: `train(rank, model, copy.deepcopy(train_dataloader), optimizer)` in
     # each epoch; the helper iterates its parameter.

@@ -2763,3 +2763,24 @@ def test_a_state_dict_says_where_its_state_was_taken(taken_where_unsharded, shar
     [save] = [event for event in flow.events if event.qname == "torch.save"]
     assert save.args[0].params_read == (taken,)
     assert [module.name for module, _ in flow.sharded_state(save.args[0], save.index)] == sharded
+
+
+@pytest.mark.parametrize("iterated, targets", [
+    # A progress bar visits what it wraps: each block, then (a literal's elements in order) the root.
+    ("tqdm(model.layers)", ["model.layers.[]"]),
+    ("tqdm([model.encoder, model])", ["model.encoder", "model"]),
+    # Near miss: a function of a library that takes the blocks: what it yields is not known (the loop variable itself).
+    ("lib.pick(model.layers)", ["block"]),
+])
+def test_a_progress_bar_visits_what_it_wraps(iterated, targets):
+    program = program_of(f"""
+    import lib
+    from torch.distributed.fsdp import fully_shard
+    from tqdm.auto import tqdm
+
+    def shard(model):
+        for block in {iterated}:
+            fully_shard(block)
+    """)
+    shards = [event for event in flow_of(program, "shard").events if event.kind is model.SHARD]
+    assert [target.dotted() for event in shards for target in event.targets] == targets

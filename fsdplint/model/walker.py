@@ -1341,6 +1341,10 @@ class Walker:
         taken = self.attribute_taken(node, args) if qname is None and type(func) is cst.Name and func.value == "getattr" else None
         if taken is not None:
             return Value(ref=taken, event=event)
+        if qname in distributed.PROGRESS_BARS and args:
+            # `enumerate(tqdm(loader))`, `for layer in tqdm(model.layers)`: a progress bar visits what it wraps, every element in order
+            return Value(event=event, iterates=args[0].iterates or args[0].ref, iterates_self=args[0].iterates_self, params_of=flowing,
+                         visits=args[0].visits, each_of=args[0].each_of or (args[0].ref if args[0].iterates is None else None))
         if qname is not None and distributed.is_state_dict_getter(qname) and args and args[0].ref is not None \
                 and self.flow.full_state_dict(event) is False:
             state = Value(event=event, params_of=frozenset({args[0].ref}), params_read=(event,))  # the module's sharded state, as `model.state_dict()` is
