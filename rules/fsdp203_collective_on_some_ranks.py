@@ -21,7 +21,10 @@ class CollectiveOnSomeRanks(Rule):
     ranks pass it is not known. Where the other ranks reach the same collective instead, each rank
     joins one, and there is no finding: in the `else` of the guard, under the opposite test, or past
     the guarded block when the guarded collective's block returns (`if is_rank0(): ... except
-    StopIteration: broadcast(end); return None`, then `broadcast(batch)` on every rank).
+    StopIteration: broadcast(end); return None`, then `broadcast(batch)` on every rank). Nor where the
+    process group itself is started past the guard (`if local_rank != 0: return`, then
+    `init_process_group(world_size=num_nodes, rank=node_rank)`): its members are the ranks the guard
+    keeps, and every one of them reaches the collective.
 
     Collectives are the `torch.distributed` ones (`barrier`, `all_reduce`, `broadcast`, ...),
     `dcp.save`/`dcp.load`/`dcp.async_save`, the `get_`/`set_` state-dict helpers with
@@ -85,7 +88,7 @@ class CollectiveOnSomeRanks(Rule):
                 guard = next((g for g in reversed(event.rank_guards) if not _complemented(g, reaching)
                               and not any(_in_other_branch(other, g) or _reached_instead(other, other_name, event, name, g)
                                           for other, other_name in every)
-                              and not _other_arm_calls_unseen_code(flow, event, g)), None)
+                              and not _other_arm_calls_unseen_code(flow, event, g) and not flow.group_started_past(g, event)), None)
                 if guard is not None:
                     yield self._finding(flow, event, name, guard)
 

@@ -1006,3 +1006,26 @@ class Trainer:
 ])
 def test_a_collective_under_tests_that_cannot_hold_together_never_runs(source, expected):
     assert lines(source) == expected
+
+
+@pytest.mark.parametrize("before, after, expected", [
+    # databricks/compose-rl's launcher: the processes past `if local_rank != 0: return` start the
+    # group of one process per node; every member reaches the broadcast.
+    ("", "dist.init_process_group('gloo', world_size=nodes, rank=node_rank)", []),
+    # Near miss: the group of every process started first; the ones that return never join.
+    ("dist.init_process_group('gloo')", "", [10]),
+])
+def test_a_group_started_past_a_guard_has_only_the_ranks_it_keeps(before, after, expected):
+    source = f"""
+    def launch(x):
+        local_rank = int(os.environ["LOCAL_RANK"])
+        node_rank = int(os.environ["NODE_RANK"])
+        nodes = int(os.environ["NUM_NODES"])
+        {before}
+        if local_rank != 0:
+            return
+        {after}
+        dist.broadcast(x, src=0)
+        dist.destroy_process_group()
+    """
+    assert lines(source) == expected

@@ -2784,3 +2784,31 @@ def test_a_progress_bar_visits_what_it_wraps(iterated, targets):
     """)
     shards = [event for event in flow_of(program, "shard").events if event.kind is model.SHARD]
     assert [target.dotted() for event in shards for target in event.targets] == targets
+
+
+@pytest.mark.parametrize("start_first, started_past", [
+    # compose-rl's launcher: the group started past the guard, the collective in a helper it calls.
+    (False, True),
+    # Near miss: the group of every process started before the guard.
+    (True, False),
+])
+def test_a_group_started_past_a_rank_guard(start_first, started_past):
+    start = "dist.init_process_group('gloo', world_size=nodes, rank=node_rank)"
+    program = program_of(f"""
+    import os
+    import torch.distributed as dist
+
+    def send(x):
+        dist.broadcast(x, src=0)
+
+    def launch(x, nodes, node_rank):
+        {start if start_first else "pass"}
+        if int(os.environ["LOCAL_RANK"]) != 0:
+            return
+        {"pass" if start_first else start}
+        send(x)
+    """)
+    flow = flow_of(program, "launch")
+    [broadcast] = [event for event in flow.events if event.qname == "torch.distributed.broadcast"]
+    [guard] = broadcast.rank_guards
+    assert flow.group_started_past(guard, broadcast) is started_past

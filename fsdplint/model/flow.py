@@ -20,6 +20,7 @@ from fsdplint.model.events import (
     WRAP,
     Event,
     EventKind,
+    RankGuard,
 )
 from fsdplint.model.names import BUILTINS
 from fsdplint.model.strategies import shards_nothing
@@ -266,6 +267,17 @@ class Flow:
             if shard is not None and (not taken or any(self.sharding_of(module, read.index, fsdp=2) is not None for read in taken)):
                 found.append((module, shard))
         return found
+
+    def group_started_past(self, guard: RankGuard, event: Event) -> bool:
+        """The default process group was started past `guard`, on the path to `event`: its members are
+        the ranks the guard keeps (compose-rl's launcher: `if local_rank != 0: return`, then
+        `init_process_group(world_size=num_nodes, rank=node_rank)`), so the ranks it keeps out are no
+        members, and a collective of the group is not one they fail to join."""
+        def under_guard(start: Event) -> bool:
+            return any(mine is guard or mine.node is guard.node and mine.branch is guard.branch for mine in start.rank_guards)
+
+        return any(start.qname == distributed.INIT_PROCESS_GROUP and under_guard(start) and not start.excludes(event)
+                   for start in itertools.takewhile(lambda start: start.index < event.index, self.of_kind(CALL)))
 
     def runs_forever_after(self, event: Event) -> bool:
         """On every path past `event`, the process enters a loop nothing leaves (`while True:` serving
