@@ -1432,3 +1432,29 @@ class Trainer:
 Trainer(lib.flag()).save()
 """
     assert codes(source, ["FSDP201"]) == reported
+
+
+@pytest.mark.parametrize("order, reported", [
+    # hongyihuang/llama2.c: the optimizer of `model.configure_optimizers(...)`, the model moved to the
+    # GPU as it was built, before the FSDP1 wrap.
+    ("optimizer = model.configure_optimizers(1e-3)\nmodel = FSDP(model, auto_wrap_policy=policy)", [(14, "FSDP104")]),
+    # Near miss: the optimizer built after the wrap.
+    ("model = FSDP(model, auto_wrap_policy=policy)\noptimizer = model.configure_optimizers(1e-3)", []),
+])
+def test_fsdp104_an_optimizer_a_method_of_the_moved_model_builds(order, reported):
+    source = f"""
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+class Transformer(torch.nn.Module):
+    def configure_optimizers(self, lr):
+        params = [p for p in self.parameters() if p.requires_grad]
+        return torch.optim.AdamW(params, lr=lr)
+
+
+policy = lib.policy()
+model = Transformer().cuda()
+{order}
+"""
+    assert codes(source, ["FSDP104"]) == reported

@@ -2812,3 +2812,28 @@ def test_a_group_started_past_a_rank_guard(start_first, started_past):
     [broadcast] = [event for event in flow.events if event.qname == "torch.distributed.broadcast"]
     [guard] = broadcast.rank_guards
     assert flow.group_started_past(guard, broadcast) is started_past
+
+
+@pytest.mark.parametrize("built, entered", [
+    # hongyihuang/llama2.c: nanoGPT's `model = Transformer(args).cuda()`, then the optimizer built by
+    # `model.configure_optimizers(...)`, a method of the file's class.
+    ("Transformer().cuda()", ["Transformer.configure_optimizers"]),
+    ("Transformer().to('cuda').train()", ["Transformer.configure_optimizers"]),
+    ("Transformer()", ["Transformer.configure_optimizers"]),
+    # Near miss: an object a library's function builds: its methods are not the file's class's.
+    ("lib.build().cuda()", []),
+])
+def test_a_method_of_an_object_moved_as_it_was_built(built, entered):
+    program = program_of(f"""
+    import lib
+    import torch
+
+    class Transformer(torch.nn.Module):
+        def configure_optimizers(self, lr):
+            return torch.optim.AdamW(self.parameters(), lr=lr)
+
+    model = {built}
+    optimizer = model.configure_optimizers(1e-3)
+    """)
+    flow = flow_of(program, None)
+    assert [event.qname for event in flow.events if event.kind is model.ENTER] == entered

@@ -1323,9 +1323,10 @@ class Walker:
                 return Value(event=event)
             return Value(event=event, params_of=receiver.params_of, params_read=receiver.params_read)  # `state.items()`, `state.copy()`
         if (type(func) is cst.Attribute and qname is None and func.attr.value in RETURNS_SELF
-                and receiver.event is not None and receiver.event.kind == CALL):
-            # `nn.Linear(4, 4).to(device)` is still the module `nn.Linear(...)` built; the move is a call
-            # of its own, with its device (as `Net().to(rank)` of a class of the run is).
+                and receiver.event is not None and (receiver.event.kind == CALL or receiver.event.kind == CALL_VALUE and receiver.built_by)):
+            # `nn.Linear(4, 4).to(device)` is still the module `nn.Linear(...)` built, and `Transformer().cuda()`
+            # the object of the file's class (whose methods a call on it runs: llama2.c's
+            # `model.configure_optimizers(...)`); the move is a call of its own, with its device.
             self.emit(CALL, node, **{**common, "qname": dotted_name(func)})
             return receiver
         callee_ref = self.ref_of(func) if qname is None else None
