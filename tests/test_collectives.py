@@ -1029,3 +1029,25 @@ def test_a_group_started_past_a_guard_has_only_the_ranks_it_keeps(before, after,
         dist.destroy_process_group()
     """
     assert lines(source) == expected
+
+
+@pytest.mark.parametrize("divisor, expected", [
+    # Sethu-madhav/GPT2's HellaSwag evaluation: `if i % ddp_world_size != ddp_rank: continue`, then
+    # a forward of the sharded model: each rank runs it in its own turns.
+    ("world_size", []),
+    ("dist.get_world_size()", []),
+    # Near miss: turns of two, where the ranks past the second never pass.
+    ("2", [9]),
+])
+def test_a_rank_that_takes_turns_in_a_loop_is_kept_out_of_nothing(divisor, expected):
+    source = f"""
+    def evaluate(model, examples):
+        rank = dist.get_rank()
+        world_size = dist.get_world_size()
+        fully_shard(model)
+        for i, example in enumerate(examples):
+            if i % {divisor} != rank:
+                continue
+            model(example)
+    """
+    assert lines(source) == expected

@@ -2837,3 +2837,25 @@ def test_a_method_of_an_object_moved_as_it_was_built(built, entered):
     """)
     flow = flow_of(program, None)
     assert [event.qname for event in flow.events if event.kind is model.ENTER] == entered
+
+
+@pytest.mark.parametrize("divisor, guarded", [
+    # Whose turn it is, round the ranks: every rank passes in its own turns.
+    ("world_size", False),
+    ("int(os.environ['WORLD_SIZE'])", False),
+    # Near miss: turns of two, which a rank past the second never has.
+    ("2", True),
+])
+def test_a_rank_compared_with_whose_turn_it_is_is_no_guard(divisor, guarded):
+    program = program_of(f"""
+    import os
+    import torch.distributed as dist
+
+    def evaluate(examples, x):
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        for i, example in enumerate(examples):
+            if i % {divisor} == rank:
+                dist.all_reduce(x)
+    """)
+    [reduce] = [event for event in flow_of(program, "evaluate").events if event.qname == "torch.distributed.all_reduce"]
+    assert bool(reduce.rank_guards) is guarded

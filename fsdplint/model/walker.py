@@ -1178,9 +1178,18 @@ class Walker:
                               or is_sign_test(target)
                               or type(target.operator) in (cst.In, cst.NotIn) and type(target.comparator) not in LITERAL_COLLECTIONS
                               for target in node.comparisons) or is_group_range(node)
-        if not compares_rank or same_everywhere:
+        if not compares_rank or same_everywhere or len(values) == 2 and any(map(self.takes_turns, (node.left, node.comparisons[0].comparator), values)):
             return Value(params_of=params)
         return Value(params_of=params, rank_test=RankTest(True, True, pins=_pinned_scope(node, values)))
+
+    def takes_turns(self, side: cst.BaseExpression, value: Value) -> bool:
+        """`i % world_size` (`value` its value): whose turn it is, round the ranks as `i` counts. `if i %
+        world_size != rank: continue` gives each rank its share of the items (nanoGPT's HellaSwag
+        evaluation), and every rank runs what follows in its own turns: it keeps no rank out."""
+        if type(side) is not cst.BinaryOperation or type(side.operator) is not cst.Modulo or not value.world_size:
+            return False
+        counted = self.env.get(dotted_name(side.left) or "")
+        return counted is None or not counted.world_size  # the world size is the divisor, not what is divided
 
     def rank_meaning(self, node: cst.Call, value: Value) -> Value:
         """What a call's result says of the rank, by the callee's name: `dist.get_rank()`,
