@@ -2859,3 +2859,31 @@ def test_a_rank_compared_with_whose_turn_it_is_is_no_guard(divisor, guarded):
     """)
     [reduce] = [event for event in flow_of(program, "evaluate").events if event.qname == "torch.distributed.all_reduce"]
     assert bool(reduce.rank_guards) is guarded
+
+
+@pytest.mark.parametrize("alone, guarded", [
+    # Sethu-madhav/GPT2: `fsdp_world_size = int(os.environ['WORLD_SIZE'])` where the run is distributed,
+    # `fsdp_world_size = 1` where not: the world size where it differs from the literal.
+    ("1", False),
+    # Near miss: a count a library's function gives, not known to be the world size.
+    ("lib.count()", True),
+])
+def test_the_world_size_on_one_path_and_a_literal_on_the_other_is_the_world_size(alone, guarded):
+    program = program_of(f"""
+    import os
+    import lib
+    import torch.distributed as dist
+
+    def evaluate(examples, x):
+        if int(os.environ.get("RANK", -1)) != -1:
+            rank = int(os.environ["RANK"])
+            world_size = int(os.environ["WORLD_SIZE"])
+        else:
+            rank = 0
+            world_size = {alone}
+        for i, example in enumerate(examples):
+            if i % world_size == rank:
+                dist.all_reduce(x)
+    """)
+    [reduce] = [event for event in flow_of(program, "evaluate").events if event.qname == "torch.distributed.all_reduce"]
+    assert bool(reduce.rank_guards) is guarded

@@ -443,6 +443,9 @@ class Walker:
                 # The rank on one path and a literal on the other (`rank = 0` where there is no process
                 # group): where the value differs between ranks, it is the rank.
                 ranks.discard(None)
+            # The world size on one path and a literal on the other (`world_size = 1` where there is no
+            # process group), as for the rank: where it differs from the literal, it is the world size.
+            world_size = any(value.world_size for value in values) and all(value.world_size or value.literal for value in values)
             if len({value.ref for value in values}) == 1:
                 # the same object on every path (`model = FSDP(model)` in one arm): the last arm's value
                 last = joined.get(key)
@@ -455,7 +458,9 @@ class Walker:
                     # ddp_rank == 0 else: master_process = True`): one name, first bound in both arms.
                     last = joined[key] = replace(last, rank_test=next(iter(tests)), literal=None)
                 if last is not None and last.rank is None and len(ranks) == 1:
-                    joined[key] = replace(last, rank=next(iter(ranks)))
+                    last = joined[key] = replace(last, rank=next(iter(ranks)))
+                if last is not None and world_size and not last.world_size:
+                    joined[key] = replace(last, world_size=True)
                 continue
             ref = Ref(self.new_version(key)) if "." not in key else None
             if ref is None:
@@ -463,9 +468,9 @@ class Walker:
                 continue
             if len(values) == len(envs) and all(value.ref is not None for value in values):
                 self.flow.write(Write.JOINED, ref.root, tuple(value.ref for value in values))
-            derived, sizes = {value.rank_derived for value in values}, {value.world_size for value in values}
+            derived = {value.rank_derived for value in values}
             joined[key] = Value(ref=ref, rank=ranks.pop() if len(ranks) == 1 else None, rank_test=tests.pop() if len(tests) == 1 else None,
-                                rank_derived=derived.pop() if len(derived) == 1 else None, world_size=sizes == {True},
+                                rank_derived=derived.pop() if len(derived) == 1 else None, world_size=world_size,
                                 type_test=any(value.type_test for value in values))
         return joined
 
