@@ -1458,3 +1458,25 @@ model = Transformer().cuda()
 {order}
 """
     assert codes(source, ["FSDP104"]) == reported
+
+
+@pytest.mark.parametrize("saved, reported", [
+    # The tensors of a state dict moved to the CPU are still DTensors, each this rank's shard.
+    ("{k: v.cpu() for k, v in model.state_dict().items()}", [(10, "FSDP201")]),
+    ("dict(model.state_dict().items())", [(10, "FSDP201")]),
+    # Near miss: each gathered first.
+    ("{k: v.full_tensor().cpu() for k, v in model.state_dict().items()}", []),
+])
+def test_fsdp201_the_entries_of_a_sharded_state_dict(saved, reported):
+    source = f"""
+import torch
+from torch.distributed.fsdp import fully_shard
+
+
+def main(model):
+    for layer in model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+    torch.save({saved}, "m.pt")
+"""
+    assert codes(source, ["FSDP201"]) == reported

@@ -2887,3 +2887,24 @@ def test_the_world_size_on_one_path_and_a_literal_on_the_other_is_the_world_size
     """)
     [reduce] = [event for event in flow_of(program, "evaluate").events if event.qname == "torch.distributed.all_reduce"]
     assert bool(reduce.rank_guards) is guarded
+
+
+@pytest.mark.parametrize("built, params", [
+    # nanoGPT's `configure_optimizers` (hongyihuang/llama2.c): a dict of the parameters by name,
+    # filtered, its items split into groups.
+    ("d = {n: p for n, p in self.named_parameters()}\n            d = {n: p for n, p in d.items() if p.requires_grad}\n"
+     "            groups = [{'params': [p for n, p in d.items() if p.dim() >= 2]}]\n            opt = torch.optim.AdamW(groups)", ["self"]),
+    ("d = {n: p for n, p in self.named_parameters()}\n            opt = torch.optim.AdamW(list(d.values()))", ["self"]),
+    # Near miss: a dict of the names only.
+    ("d = {n: 0 for n, p in self.named_parameters()}\n            opt = torch.optim.AdamW(list(d.values()))", []),
+])
+def test_a_dict_of_the_parameters_holds_them(built, params):
+    program = program_of(f"""
+    import torch
+
+    class Net(torch.nn.Module):
+        def configure(self):
+            {built}
+    """)
+    [optimizer] = [event for event in flow_of(program, "Net.configure").events if event.kind is model.OPTIMIZER]
+    assert sorted(ref.dotted() for ref in optimizer.params_of) == params

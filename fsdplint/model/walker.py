@@ -119,6 +119,8 @@ _ITERATES_SELF_FIRST = frozenset({"modules", "named_modules"})  # `model.modules
 _ITERATES_ELEMENTS = frozenset({"children", "named_children", "values", "items"})  # ... the direct elements, each of them
 _VISITS_EVERY_ELEMENT = frozenset({"enumerate", "reversed", "list", "sorted", "tuple", "iter"})  # wrappers that leave none out
 _PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+# Methods whose result holds what the object held: a dict's entries, a tensor moved or cast.
+_KEEPS_WHAT_IT_HOLDS = frozenset({"items", "values", "copy"}) | RETURNS_SELF
 _COLLECTS = frozenset({"append", "extend", "insert", "add"})  # list and set methods that take in elements
 # Methods whose result no longer holds a shard of the parameters it came from.
 _GATHERS = frozenset({"full_tensor", "to_local", "item", "tolist", "numpy"})
@@ -1223,7 +1225,8 @@ class Walker:
             # As in a `for` loop, the target is an element of what is iterated (`b` in
             # `[fully_shard(b) for b in model.layers]` is a sub-module of `model`).
             element = self.element_of(iterable)
-            self.bind(clause.target, Value(ref=element.ref, params_of=iterable.params_of, iterates=None if element.ref else iterable.iterates))
+            self.bind(clause.target, Value(ref=element.ref, params_of=iterable.params_of, params_read=iterable.params_read,
+                                           iterates=None if element.ref else iterable.iterates))
             for condition in clause.ifs:
                 self.expr(condition.test, statement, parents)
             clause = clause.inner_for_in
@@ -1231,7 +1234,8 @@ class Walker:
         values = [self.expr(part, statement, parents) for part in parts]
         params = refs_of(values)
         # `[m for m in model.layers if ...]` still iterates sub-modules of `model`.
-        return Value(params_of=params, iterates=_common_ref([value.ref for value in values]), type_test=any(value.type_test for value in values))
+        return Value(params_of=params, params_read=reads_of(values), iterates=_common_ref([value.ref for value in values]),
+                     type_test=any(value.type_test for value in values))
 
     def call(self, node: cst.Call, statement: cst.CSTNode, parents: tuple, with_item: bool) -> Value:
         value = self.rank_meaning(node, self._call(node, statement, parents, with_item))
@@ -1327,10 +1331,13 @@ class Walker:
             if method in _PARAMETER_METHODS:
                 return Value(params_of=frozenset({receiver.ref}), event=event)
             if method in _ITERATES_SUBMODULES:
+                # `self.layers.values()` yields sub-modules; a dict's `.items()` what it holds (`{n: p for n, p in
+                # model.named_parameters()}.values()`, nanoGPT's `configure_optimizers`; a state dict's tensors)
                 return Value(iterates=receiver.ref, iterates_self=method in _ITERATES_SELF_FIRST, event=event,
-                             each_of=receiver.ref if method in _ITERATES_ELEMENTS else None)
-            if method in RETURNS_SELF:
-                return Value(ref=receiver.ref, event=event)
+                             each_of=receiver.ref if method in _ITERATES_ELEMENTS else None,
+                             params_of=receiver.params_of, params_read=receiver.params_read)
+            if method in RETURNS_SELF:  # the same object, holding what it held (`v.cpu()` of a state dict's DTensor is one)
+                return Value(ref=receiver.ref, event=event, params_of=receiver.params_of, params_read=receiver.params_read)
             if method == "state_dict":
                 return Value(event=event, params_of=receiver.params_of | {receiver.ref}, params_read=() if receiver.params_of else (event,))
             if method in _GATHERS:
@@ -1369,6 +1376,9 @@ class Walker:
             return state
         if qname in distributed.RETURNS_ITS_MODULE and args and args[0].ref is not None:
             return args[0]  # `model = parallelize_module(model, ...)` is still `model`
+        if qname is None and type(func) is cst.Attribute and receiver.params_of and func.attr.value in _KEEPS_WHAT_IT_HOLDS:
+            # `model.state_dict().items()`, `get_state().copy()`: what a call's value held, as of a variable's above
+            return Value(event=event, params_of=receiver.params_of, params_read=receiver.params_read)
         built_by = qname if qname is not None else receiver.built_by if type(func) is cst.Attribute and func.attr.value in RETURNS_SELF else None
         # `str(host)` of a string is that string (nvidia-resiliency-ext's `MASTER_ADDR = str(host)`).
         text = args[0].text if qname is None and type(func) is cst.Name and func.value == "str" and len(node.args) == 1 \
