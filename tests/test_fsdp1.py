@@ -738,3 +738,34 @@ def sync(model, engine):
     FSDP.set_state_dict_type(model, StateDictType.FULL_STATE_DICT)
 """
     assert codes("from torch.distributed.fsdp import StateDictType\n", body, select=["FSDP105"]) == expected
+
+
+@pytest.mark.parametrize("scaler, reported", [
+    # krishna1803/nanoGPT: the optimizer of `model.configure_optimizers(...)`, called on the FSDP1 wrap,
+    # stepped by a plain GradScaler.
+    ("torch.cuda.amp.GradScaler(enabled=(dtype == 'float16'))", [(15, "FSDP403")]),
+    # Near miss: the sharded scaler.
+    ("ShardedGradScaler(enabled=(dtype == 'float16'))", []),
+])
+def test_fsdp403_an_optimizer_a_method_of_the_wrapped_module_builds(scaler, reported):
+    source = f"""
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+
+class GPT(torch.nn.Module):
+    def configure_optimizers(self, lr):
+        return torch.optim.AdamW(self.parameters(), lr=lr)
+
+
+def train(data, dtype, policy):
+    model = FSDP(GPT(), auto_wrap_policy=policy)
+    optimizer = model.configure_optimizers(1e-3)
+    scaler = {scaler}
+    for x in data:
+        scaler.scale(model(x).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+"""
+    assert [(d.line, d.code) for d in check_source(source, select=["FSDP403"])] == reported

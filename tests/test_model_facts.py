@@ -2908,3 +2908,28 @@ def test_a_dict_of_the_parameters_holds_them(built, params):
     """)
     [optimizer] = [event for event in flow_of(program, "Net.configure").events if event.kind is model.OPTIMIZER]
     assert sorted(ref.dotted() for ref in optimizer.params_of) == params
+
+
+@pytest.mark.parametrize("built, entered", [
+    # krishna1803/nanoGPT: `model = FSDP(model, ...)`, then `model.configure_optimizers(...)`, which
+    # FSDP1's wrapper hands to the module it wraps.
+    ("GPT()", ["GPT.configure_optimizers"]),
+    # Near miss: a module a library's function builds: its methods are not the file's class's.
+    ("lib.build()", []),
+])
+def test_a_method_called_on_an_fsdp1_wrap_is_the_wrapped_modules(built, entered):
+    program = program_of(f"""
+    import lib
+    import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    class GPT(torch.nn.Module):
+        def configure_optimizers(self, lr):
+            return torch.optim.AdamW(self.parameters(), lr=lr)
+
+    model = {built}
+    model = FSDP(model, auto_wrap_policy=lib.policy)
+    optimizer = model.configure_optimizers(1e-3)
+    """)
+    flow = flow_of(program, None)
+    assert [event.qname for event in flow.events if event.kind is model.ENTER] == entered

@@ -727,6 +727,10 @@ class Walker:
         else:
             self.flow.consulted.append(receiver.ref.root)
             built_by = self.flow.origin(receiver, len(self.flow.events))
+            if built_by is not None and built_by.kind == WRAP and built_by.args and not (built_by.args[0].ref and built_by.args[0].ref.path):
+                # `model = FSDP(model)`: FSDP1's wrapper hands an attribute it lacks to the module it wraps
+                # (krishna1803/nanoGPT's `model.configure_optimizers(...)` past the wrap)
+                built_by = self.flow.origin(built_by.args[0], built_by.index)
         return built_by if built_by is not None and built_by.kind in (CALL, CALL_VALUE) and type(built_by.node) is cst.Call else None
 
     def global_rank(self, node: cst.Name) -> Rank | None:
