@@ -19,13 +19,14 @@ class CollectiveOnSomeRanks(Rule):
     rank with a value that also differs between ranks (`if local_rank != self.local_shard_id:` where
     the constructor set `self.local_shard_id = local_rank % local_world_size`) is no guard: which
     ranks pass it is not known; nor is a comparison of the rank with whose turn it is in a loop
-    (`if i % world_size != rank: continue`), which every rank passes in its own turns. Where the other ranks reach the same collective instead, each rank
-    joins one, and there is no finding: in the `else` of the guard, under the opposite test, or past
-    the guarded block when the guarded collective's block returns (`if is_rank0(): ... except
-    StopIteration: broadcast(end); return None`, then `broadcast(batch)` on every rank). Nor where the
-    process group itself is started past the guard (`if local_rank != 0: return`, then
-    `init_process_group(world_size=num_nodes, rank=node_rank)`): its members are the ranks the guard
-    keeps, and every one of them reaches the collective.
+    (`if i % world_size != rank: continue`), which every rank passes in its own turns. Where the other
+    ranks reach the same collective instead, each rank joins one, and there is no finding: in the
+    `else` of the guard, under the opposite test, or past the guarded block when the guarded
+    collective's block returns (`if is_rank0(): ... except StopIteration: broadcast(end); return
+    None`, then `broadcast(batch)` on every rank). Nor where the process group itself is started past
+    the guard (`if local_rank != 0: return`, then `init_process_group(world_size=num_nodes,
+    rank=node_rank)`): its members are the ranks the guard keeps, and every one of them reaches the
+    collective.
 
     Collectives are the `torch.distributed` ones (`barrier`, `all_reduce`, `broadcast`, ...),
     `dcp.save`/`dcp.load`/`dcp.async_save`, the `get_`/`set_` state-dict helpers with
