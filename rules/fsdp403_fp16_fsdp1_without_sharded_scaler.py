@@ -29,7 +29,11 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
     `enabled=False`, or with a test that is false whatever runs (`dtype == "float16"` where `dtype`
     is a `torch.dtype`), scales nothing and skips nothing: it is not reported, and does not count
     as loss scaling. A model wrapped with `sharding_strategy=ShardingStrategy.NO_SHARD` holds whole,
-    all-reduced gradients on every rank, which all see the same overflow: not reported.
+    all-reduced gradients on every rank, which all see the same overflow: not reported. A policy is
+    fp16 by its `param_dtype`, the dtype the forward and backward compute in: one that only reduces
+    in fp16 (`MixedPrecision(param_dtype=torch.float32, reduce_dtype=torch.float16)`) computes the
+    gradients in fp32 and sends them in fp16, as DDP's fp16 compress hook does without a scaler, and
+    is not reported.
 
     ## Why is this bad?
     Under FSDP1 each rank holds a shard of every gradient. `GradScaler` looks for inf/NaN in the
@@ -187,11 +191,14 @@ def _wrapped_roots(wraps) -> set[str]:
 
 
 def _fp16_policy(event) -> bool:
-    """`MixedPrecision(param_dtype=torch.float16)` (or `reduce_dtype=`), a dtype the model knows."""
-    if event.qname != "torch.distributed.fsdp.MixedPrecision":
+    """`MixedPrecision(param_dtype=torch.float16)`, a dtype the model knows: the forward and backward
+    compute in fp16. A policy that only reduces in fp16 (`reduce_dtype=torch.float16` over fp32
+    parameters) computes in fp32 and compresses the gradients' traffic, as DDP's fp16 compress hook
+    does without a scaler (Leo-AO-99/CSYE7105_FINAL's DDPM)."""
+    if event.qname != "torch.distributed.fsdp.MixedPrecision" or "param_dtype" not in event.kwargs:
         return False
-    dtypes = [event.kwargs[keyword].dtypes for keyword in ("param_dtype", "reduce_dtype") if keyword in event.kwargs]
-    return any(dtype and dtype <= _FP16 for dtype in dtypes)
+    dtypes = event.kwargs["param_dtype"].dtypes
+    return bool(dtypes) and dtypes <= _FP16
 
 
 def _imports_sharded_scaler(file) -> bool:

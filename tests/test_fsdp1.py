@@ -237,6 +237,23 @@ def test_fp16_mixed_precision_with_no_scaler_at_all():
     assert codes(body, step, select=["FSDP403"]) == [(1, "FSDP403")]
 
 
+@pytest.mark.parametrize("policy, expected", [
+    # Leo-AO-99/CSYE7105_FINAL: fp32 parameters, fp16 only for the gradients' reduction, which
+    # compresses the traffic (as DDP's fp16 compress hook does, with no scaler): no fp16 compute.
+    ("MixedPrecision(param_dtype=torch.float32, reduce_dtype=torch.float16)", []),
+    ("MixedPrecision(reduce_dtype=torch.float16)", []),
+    # Near miss: the forward and backward in fp16.
+    ("MixedPrecision(param_dtype=torch.float16, reduce_dtype=torch.float16)", [(1, "FSDP403")]),
+])
+def test_an_fp16_policy_is_fp16_by_the_dtype_it_computes_in(policy, expected):
+    body = f"""
+    fp16 = {policy}
+    model = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({{Block}}), mixed_precision=fp16)
+    model(torch.randn(2, 4)).sum().backward()
+    """
+    assert codes(body, select=["FSDP403"]) == expected
+
+
 def test_grad_scaler_fix_only_when_arguments_map_by_name():
     body = FSDP1_MODEL + textwrap.dedent("""
     optimizer = torch.optim.AdamW(model.parameters())
