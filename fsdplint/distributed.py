@@ -179,6 +179,24 @@ KNOWN_METHODS = frozenset({
 }) | REPORTING_METHODS
 
 
+# What FullyShardedDataParallel defines itself (torch 2.13: nn.Module's methods and its own): any
+# other attribute, a method of the wrapped module's class, it hands to the module it wraps.
+FSDP1_OWN_METHODS = frozenset({
+    "add_module", "apply", "bfloat16", "buffers", "check_is_root", "children", "clip_grad_norm_", "compile", "cpu", "cuda",
+    "double", "eval", "extra_repr", "flatten_sharded_optim_state_dict", "float", "forward", "fsdp_modules",
+    "full_optim_state_dict", "get_buffer", "get_extra_state", "get_parameter", "get_state_dict_type", "get_submodule", "half",
+    "ipu", "load_state_dict", "module", "modules", "mtia", "named_buffers", "named_children", "named_modules",
+    "named_parameters", "no_sync", "optim_state_dict", "optim_state_dict_to_load", "parameters", "register_backward_hook",
+    "register_buffer", "register_comm_hook", "register_forward_hook", "register_forward_pre_hook",
+    "register_full_backward_hook", "register_full_backward_pre_hook", "register_load_state_dict_post_hook",
+    "register_load_state_dict_pre_hook", "register_module", "register_parameter", "register_state_dict_post_hook",
+    "register_state_dict_pre_hook", "rekey_optim_state_dict", "requires_grad_", "scatter_full_optim_state_dict",
+    "set_extra_state", "set_state_dict_type", "set_submodule", "shard_full_optim_state_dict", "share_memory",
+    "sharded_optim_state_dict", "state_dict", "state_dict_type", "summon_full_params", "to", "to_empty", "train", "type",
+    "xpu", "zero_grad",
+})
+
+
 def runs_known_code(qname: str | None, method: str | None) -> bool:
     """A call whose work is known to reach no collective beyond what the model sees: torch's functions
     and the builtins are the model's; these are reporting (`print`, `logging.info`, `logger.warning`)

@@ -1051,3 +1051,29 @@ def test_a_rank_that_takes_turns_in_a_loop_is_kept_out_of_nothing(divisor, expec
             model(example)
     """
     assert lines(source) == expected
+
+
+@pytest.mark.parametrize("saved, expected", [
+    # CoT-Internalize: `model.save_pretrained(...)` on the FSDP1 wrap runs the wrapped module's
+    # method (FullyShardedDataParallel hands it on), whose `self.state_dict()` is the inner module's.
+    ("model.save_pretrained('out')", []),
+    # Near miss: the wrap's own state dict, which gathers every unit.
+    ("torch.save(model.state_dict(), 'out')", [14]),
+])
+def test_a_method_an_fsdp1_wrap_hands_on_runs_on_the_module_inside(saved, expected):
+    source = f"""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    class Net(torch.nn.Module):
+        def save_pretrained(self, path, state_dict=None):
+            if state_dict is None:
+                state_dict = self.state_dict()
+            torch.save(state_dict, path)
+
+    def main(policy):
+        model = Net()
+        model = FSDP(model, auto_wrap_policy=policy)
+        if dist.get_rank() == 0:
+            {saved}
+    """
+    assert lines(source) == expected

@@ -727,10 +727,6 @@ class Walker:
         else:
             self.flow.consulted.append(receiver.ref.root)
             built_by = self.flow.origin(receiver, len(self.flow.events))
-            if built_by is not None and built_by.kind == WRAP and built_by.args and not (built_by.args[0].ref and built_by.args[0].ref.path):
-                # `model = FSDP(model)`: FSDP1's wrapper hands an attribute it lacks to the module it wraps
-                # (krishna1803/nanoGPT's `model.configure_optimizers(...)` past the wrap)
-                built_by = self.flow.origin(built_by.args[0], built_by.index)
         return built_by if built_by is not None and built_by.kind in (CALL, CALL_VALUE) and type(built_by.node) is cst.Call else None
 
     def global_rank(self, node: cst.Name) -> Rank | None:
@@ -1309,12 +1305,18 @@ class Walker:
             # The constructor is kept: what built it (`te.LayerNormLinear`, a single layer) still says what it is.
             return Value(event=Event(META, node, self.file, statement, parents, self.chain, qname=qname))
         callee = self.flow.program.resolve_function(self.file, self.function, node)
-        if callee is None:
-            callee = self.method_of_instance(func, receiver)
+        runs_it = receiver
+        if callee is None and type(func) is cst.Attribute:
+            wrap = self.fsdp1_wrap_of(receiver, func.attr.value)
+            if wrap is not None:  # `self` is the module the wrap holds, `model.module`, built as the wrap's argument was
+                runs_it = Value(ref=receiver.ref.child("module"))
+                callee = self.method_built_by(self.flow.origin(wrap.args[0], wrap.index), func.attr.value)
+            else:
+                callee = self.method_of_instance(func, receiver)
             if callee is not None and receiver.ref is not None:  # still a method call on a tracked value, as rules read it (`model.forward(x)`)
                 self.emit(METHOD, node, targets=(receiver.ref,), method=func.attr.value, **common)
         if callee is not None:
-            return self.inline(callee, node, args, kwargs, receiver, statement, parents)
+            return self.inline(callee, node, args, kwargs, runs_it, statement, parents)
         if type(func) in (cst.Subscript, cst.Call) or type(func) is cst.Name and func.value in self.env:
             return self.call_value(node, args, kwargs, statement, parents)
         if type(func) is cst.Attribute and qname is None and func.attr.value == "get" and receiver.table:
@@ -1457,18 +1459,37 @@ class Walker:
         name = (dotted_name(node.func) or "").lower()
         return bool(flowing) and ("optim" in name or name.endswith(("adam", "adamw", "sgd")))
 
+    def fsdp1_wrap_of(self, receiver: Value, method: str) -> Event | None:
+        """The FSDP1 wrap the receiver is (`model = FSDP(model)`), where `method` is none of the wrap's
+        own (`distributed.FSDP1_OWN_METHODS`): `FullyShardedDataParallel.__getattr__` hands it to the
+        module it wraps, `self` in the method being that module (krishna1803/nanoGPT's
+        `model.configure_optimizers(...)` past the wrap)."""
+        if receiver.ref is None or receiver.ref.path or method in distributed.FSDP1_OWN_METHODS:
+            return None
+        self.flow.consulted.append(receiver.ref.root)
+        made = self.flow.origin(receiver, len(self.flow.events))
+        if made is None or made.kind != WRAP or not made.args or made.args[0].ref is not None and made.args[0].ref.path:
+            return None
+        if made.args[0].ref is not None:
+            self.flow.consulted.append(made.args[0].ref.root)  # whose maker the caller then reads
+        return made
+
     def method_of_instance(self, func: cst.BaseExpression, receiver: Value) -> FunctionInfo | None:
         """`trainer.save(...)` where `trainer = Trainer(...)`, or `Trainer(...).save()`, and this run
         defines `Trainer.save`."""
         if not type(func) is cst.Attribute:
             return None
-        built_by = self.construction(receiver, written_call=type(func.value) is cst.Call)
-        if built_by is None:
+        return self.method_built_by(self.construction(receiver, written_call=type(func.value) is cst.Call), func.attr.value)
+
+    def method_built_by(self, built_by: Event | None, method: str) -> FunctionInfo | None:
+        """The method of the class whose constructor call `built_by` is (or of the one class of the run
+        by that name that defines it)."""
+        if built_by is None or built_by.kind not in (CALL, CALL_VALUE) or type(built_by.node) is not cst.Call:
             return None
         found = self.flow.program.class_of(built_by.file, built_by.node.func)
         if found is not None:
-            return self.flow.program.method_of_class(*found, func.attr.value)
-        candidates = self.flow.program.methods_named((dotted_name(built_by.node.func) or "").rsplit(".", 1)[-1], func.attr.value)
+            return self.flow.program.method_of_class(*found, method)
+        candidates = self.flow.program.methods_named((dotted_name(built_by.node.func) or "").rsplit(".", 1)[-1], method)
         return candidates[0] if len(candidates) == 1 else None
 
     def call_value(self, node: cst.Call, args: tuple[Value, ...], kwargs: Mapping[str, Value], statement: cst.CSTNode, parents: tuple) -> Value:
