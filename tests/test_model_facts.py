@@ -2814,29 +2814,36 @@ def test_a_group_started_past_a_rank_guard(start_first, started_past):
     assert flow.group_started_past(guard, broadcast) is started_past
 
 
-@pytest.mark.parametrize("built, entered", [
+@pytest.mark.parametrize("built, wrapped, params", [
     # hongyihuang/llama2.c: nanoGPT's `model = Transformer(args).cuda()`, then the optimizer built by
     # `model.configure_optimizers(...)`, a method of the file's class.
-    ("Transformer().cuda()", ["Transformer.configure_optimizers"]),
-    ("Transformer().to('cuda').train()", ["Transformer.configure_optimizers"]),
-    ("Transformer()", ["Transformer.configure_optimizers"]),
+    ("Transformer().cuda()", False, ["model"]),
+    ("Transformer().to('cuda').train()", False, ["model"]),
+    ("Transformer()", False, ["model"]),
+    # krishna1803/nanoGPT: `model = FSDP(model, ...)` first: FSDP1's wrap hands the method to the
+    # module it wraps, `self` in it being that module.
+    ("Transformer()", True, ["model.module"]),
     # Near miss: an object a library's function builds: its methods are not the file's class's.
-    ("lib.build().cuda()", []),
+    ("lib.build().cuda()", False, None),
+    ("lib.build()", True, None),
 ])
-def test_a_method_of_an_object_moved_as_it_was_built(built, entered):
+def test_a_method_of_an_object_moved_as_built_or_wrapped_by_fsdp1_is_its_classs(built, wrapped, params):
     program = program_of(f"""
     import lib
     import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
     class Transformer(torch.nn.Module):
         def configure_optimizers(self, lr):
             return torch.optim.AdamW(self.parameters(), lr=lr)
 
     model = {built}
+    {"model = FSDP(model, auto_wrap_policy=lib.policy)" if wrapped else "pass"}
     optimizer = model.configure_optimizers(1e-3)
     """)
     flow = flow_of(program, None)
-    assert [event.qname for event in flow.events if event.kind is model.ENTER] == entered
+    optimizers = [event for event in flow.events if event.kind is model.OPTIMIZER]
+    assert [sorted(ref.dotted() for ref in event.params_of) for event in optimizers] == ([params] if params else [])
 
 
 @pytest.mark.parametrize("divisor, guarded", [
@@ -2908,28 +2915,3 @@ def test_a_dict_of_the_parameters_holds_them(built, params):
     """)
     [optimizer] = [event for event in flow_of(program, "Net.configure").events if event.kind is model.OPTIMIZER]
     assert sorted(ref.dotted() for ref in optimizer.params_of) == params
-
-
-@pytest.mark.parametrize("built, entered", [
-    # krishna1803/nanoGPT: `model = FSDP(model, ...)`, then `model.configure_optimizers(...)`, which
-    # FSDP1's wrapper hands to the module it wraps.
-    ("GPT()", ["GPT.configure_optimizers"]),
-    # Near miss: a module a library's function builds: its methods are not the file's class's.
-    ("lib.build()", []),
-])
-def test_a_method_called_on_an_fsdp1_wrap_is_the_wrapped_modules(built, entered):
-    program = program_of(f"""
-    import lib
-    import torch
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-
-    class GPT(torch.nn.Module):
-        def configure_optimizers(self, lr):
-            return torch.optim.AdamW(self.parameters(), lr=lr)
-
-    model = {built}
-    model = FSDP(model, auto_wrap_policy=lib.policy)
-    optimizer = model.configure_optimizers(1e-3)
-    """)
-    flow = flow_of(program, None)
-    assert [event.qname for event in flow.events if event.kind is model.ENTER] == entered
