@@ -7,6 +7,9 @@ from fsdplint.rule import Finding, FixAvailability, Rule, Severity
 # Device context managers, and the call that does what a statement of them was meant to do.
 _SETTERS = {"torch.accelerator.device_index": "set_device_index", "torch.cuda.device": "set_device"}
 # The setters themselves, by qualified name: either one sets the device the other would.
+# Calls that initialize CUDA in the process, past which `init_device_mesh` leaves the device as it is.
+_INITIALIZES_CUDA = frozenset({"torch.accelerator.current_device_index", "torch.cuda.current_device", "torch.cuda.init",
+                               "torch.cuda.current_stream", "torch.cuda.synchronize"})
 _SETTER_CALLS = frozenset(f"{manager.rsplit('.', 1)[0]}.{setter}" for manager, setter in _SETTERS.items())
 
 
@@ -21,7 +24,10 @@ class DeviceContextAsStatement(Rule):
     statement they build an object and drop it; the current device stays GPU 0. (Where a setter is
     called with the same device just before, on every path, or right after, the line is only
     redundant: not reported. Where `init_device_mesh` follows, which sets the device from
-    `LOCAL_RANK` if nothing initialized CUDA before it, the finding is a warning.) Every rank then
+    `LOCAL_RANK` if nothing initialized CUDA before it, the finding is a warning; so it is where
+    `fully_shard` with no `mesh=` follows, which builds its default mesh with `init_device_mesh`.
+    Where CUDA is initialized on every path before either (`.cuda()`, `torch.cuda.current_device()`,
+    `torch.accelerator.current_device_index()`), the mesh sets no device: an error.) Every rank then
     works on GPU 0, and NCCL refuses the process group (`Duplicate GPU detected : rank 1 and rank 0
     both on CUDA device`) or the ranks share one GPU's memory.
 
@@ -75,8 +81,9 @@ class DeviceContextAsStatement(Rule):
                     operations = [Replace(func, lambda _, setter=setter: cst.Name(setter)), AddImport(module, (setter,))]
                 setter_call = f"{module}.{setter}"
                 mesh = _mesh_built_after(flow, event)
-                caveat = (f"; `init_device_mesh` (at {where(mesh)}) sets the device from LOCAL_RANK only where nothing "
-                          f"initialized CUDA before it") if mesh else ""
+                builder = None if mesh is None else f"`init_device_mesh` (at {where(mesh)})" if mesh.kind == CALL else \
+                    f"`fully_shard` with no `mesh=` (at {where(mesh)}) builds its mesh with `init_device_mesh`, which"
+                caveat = f"; {builder} sets the device from LOCAL_RANK only where nothing initialized CUDA before it" if mesh else ""
                 yield Finding(event.file, event.node,
                               f"`{code(event, event.node)}` is a context manager: alone on a line it sets no device{via(event)}; "
                               f"call `{setter_call}(...)`{caveat}",
@@ -104,15 +111,22 @@ def _set_alongside(flow, event) -> bool:
 
 
 def _mesh_built_after(flow, event):
-    """`init_device_mesh` called later wherever the statement runs, on no device written as the CPU: it
-    sets the device from LOCAL_RANK while CUDA is not yet initialized (small-ablation's scripts), which
-    the model cannot tell."""
+    """`init_device_mesh` called later wherever the statement runs, on no device written as the CPU, or
+    `fully_shard` with no `mesh=`, which builds its default mesh with it (torch 2.13's
+    `_init_default_fully_shard_mesh`, on the accelerator: fredstoolbox/pyFSDP2): it sets the device from
+    LOCAL_RANK while CUDA is not yet initialized (small-ablation's scripts), which the model cannot tell."""
     from fsdplint import distributed
-    from fsdplint.model import CALL
+    from fsdplint.model import CALL, METHOD, SHARD
     from fsdplint.rulekit import written_device_type
 
-    for other in flow.of_kind(CALL):
-        if other.index > event.index and other.qname in distributed.INIT_DEVICE_MESH and other.on_every_path_to(event):
+    for other in flow.of_kind(CALL, SHARD, METHOD):
+        if other.index <= event.index or not other.on_every_path_to(event):
+            continue
+        if other.kind == METHOD and other.method == "cuda" or other.kind == CALL and other.qname in _INITIALIZES_CUDA:
+            return None  # CUDA is initialized on every path past the statement: a mesh built later sets no device
+        if other.kind == SHARD and "mesh" not in other.kwargs:
+            return other
+        if other.kind == CALL and other.qname in distributed.INIT_DEVICE_MESH:
             device = other.argument(0, "device_type")
             if device is None or written_device_type(other, device[0]) != "cpu":
                 return other

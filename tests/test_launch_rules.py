@@ -940,12 +940,19 @@ def test_a_module_built_and_moved_in_one_expression_moves_to_its_device():
     # `init_device_mesh` sets the device from LOCAL_RANK only if nothing initialized CUDA before it,
     # which the model cannot tell: a warning.
     ('mesh = init_device_mesh("cuda", (2,))', [(5, "FSDP305", "warning")]),
+    # fredstoolbox/pyFSDP2: `fully_shard` with no `mesh=` builds its default mesh with it.
+    ("torch.distributed.fsdp.fully_shard(model)", [(5, "FSDP305", "warning")]),
+    # Near misses: a mesh given, built on the CPU; CUDA initialized first (the rule's fixture), past
+    # which a mesh sets no device.
+    ('torch.distributed.fsdp.fully_shard(model, mesh=init_device_mesh("cpu", (2,)))', [(5, "FSDP305", "error")]),
+    ("model.cuda(); torch.distributed.fsdp.fully_shard(model)", [(5, "FSDP305", "error")]),
+    ("torch.accelerator.current_device_index(); init_device_mesh('cuda', (2,))", [(5, "FSDP305", "error")]),
 ])
 def test_device_context_as_statement_set_right_after(after, expected):
     source = f"""
     import torch
     from torch.distributed.device_mesh import init_device_mesh
-    def main(local_rank, debug):
+    def main(local_rank, debug, model):
         torch.accelerator.device_index(local_rank)
         {after}
     """
