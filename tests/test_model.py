@@ -1480,3 +1480,32 @@ def main(model):
     torch.save({saved}, "m.pt")
 """
     assert codes(source, ["FSDP201"]) == reported
+
+
+@pytest.mark.parametrize("after, reported", [
+    # sanketpurandare/playground's shape: sharded through `functools.partial(fully_shard, ...)`, given
+    # memory with `to_empty` and never initialized, then run.
+    ("pass", [(17, "FSDP106")]),
+    # Near miss: initialized after `to_empty`.
+    ("model.reset_parameters()", []),
+])
+def test_fsdp106_a_model_sharded_through_a_partial(after, reported):
+    source = f"""
+import functools
+import torch
+from torch.distributed.fsdp import fully_shard
+
+
+def main(mesh, x):
+    with torch.device("meta"):
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))
+    shard = functools.partial(fully_shard, mesh=mesh)
+    for layer in model:
+        shard(layer)
+    shard(model)
+    model.to_empty(device="cuda")
+    {after}
+    optimizer = torch.optim.Adam(model.parameters())
+    model(x).sum().backward()
+"""
+    assert codes(source, ["FSDP106"]) == reported

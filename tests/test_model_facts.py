@@ -1346,7 +1346,7 @@ def _value_with_every_field_set() -> model.Value:
         table=(function("g"),), entries=(("lr", model.Value(ref=model.Ref("y")), object()),), rank=model.Rank(model.GLOBAL_RANK), constant="True", literal="True",
         rank_test=model.RankTest(True, True), always_false=True, element=model.Element(caller, "0", ()), each_of=caller,
         built_by="Model", rank_derived=model.RANK_NUMBER, world_size=True, run_test=True, text="cuda",
-        dtypes=frozenset({"torch.float16"}), type_test=True, formula=("eq", caller, "'fsdp'"), none_on_some_ranks=True)
+        dtypes=frozenset({"torch.float16"}), type_test=True, formula=("eq", caller, "'fsdp'"), none_on_some_ranks=True, partial_of="torch.distributed.fsdp.fully_shard")
 
 
 def test_a_calling_contexts_shape_and_a_copied_walk_keep_every_field_of_a_value():
@@ -2915,3 +2915,32 @@ def test_a_dict_of_the_parameters_holds_them(built, params):
     """)
     [optimizer] = [event for event in flow_of(program, "Net.configure").events if event.kind is model.OPTIMIZER]
     assert sorted(ref.dotted() for ref in optimizer.params_of) == params
+
+
+@pytest.mark.parametrize("sharder, targets, mesh", [
+    # sanketpurandare/playground, torchtitan's older `_apply_fsdp`: `shard = functools.partial(fully_shard,
+    # mesh=mesh)`, then `shard(block)`: `fully_shard(block, mesh=mesh)`.
+    ("functools.partial(fully_shard, mesh=mesh)", ["model.layers.[]", "model"], "mesh"),
+    ("partial(fully_shard, mesh=mesh, reshard_after_forward=True)", ["model.layers.[]", "model"], "mesh"),
+    # Near miss: a partial of a function of the run, whose body the walk does not follow through it.
+    ("partial(own_shard, mesh=mesh)", [], None),
+])
+def test_a_partial_of_fully_shard_shards(sharder, targets, mesh):
+    program = program_of(f"""
+    import functools
+    from functools import partial
+    from torch.distributed.fsdp import fully_shard
+
+    def own_shard(module, mesh):
+        return module
+
+    def apply_fsdp(model, mesh):
+        shard = {sharder}
+        for block in model.layers:
+            shard(block)
+        shard(model)
+    """)
+    flow = flow_of(program, "apply_fsdp")
+    shards = [event for event in flow.events if event.kind is model.SHARD]
+    assert [target.dotted() for event in shards for target in event.targets] == targets
+    assert {cst.Module([]).code_for_node(event.argument(None, "mesh")[0]) for event in shards} == ({mesh} if mesh else set())

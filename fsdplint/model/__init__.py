@@ -9,7 +9,9 @@ arguments substituted for parameters, so that `shard_model(model)` followed by `
 reads as one sequence even across files. A function a caller's flow has walked is analyzed there, with
 what the caller gives it, and gets a flow of its own only when a rule asks for it (`Program.flow_of`).
 A function is walked once per calling context; the other calls in that context get a copy of that
-walk, mapped to their own arguments, variables and surroundings (`summaries`).
+walk, mapped to their own arguments, variables and surroundings (`summaries`). A `functools.partial`
+of a library's function given keywords only (`partial(fully_shard, mesh=mesh)`) calls that function
+with them (`Value.partial_of`).
 
 Bindings and paths. Each binding of a name to a new object is a new value (`model#2`), and where paths
 meet, a name bound to different objects on them is a new value again. The arms of a branching

@@ -133,7 +133,7 @@ class _Shaper:
                 (ref(element.container), element.index, element.arms) if element else None, ref(given.each_of), given.built_by,
                 given.rank_derived, given.world_size, given.text, given.run_test,
                 None if given.entries is None else tuple((key, self.value(entry), id(node)) for key, entry, node in given.entries), given.dtypes, given.type_test,
-                conditions.shape(given.formula, ref), given.none_on_some_ranks)
+                conditions.shape(given.formula, ref), given.none_on_some_ranks, given.partial_of)
 
 
 def maker(flow: Flow, root: str, before: int) -> tuple:
@@ -315,6 +315,7 @@ class Copier:
                      world_size=value.world_size, text=value.text, run_test=value.run_test, dtypes=value.dtypes, type_test=value.type_test,
                      entries=None if value.entries is None else tuple((key, self.value(entry), node) for key, entry, node in value.entries),
                      formula=None if value.formula is None else conditions.mapped(value.formula, self.ref), none_on_some_ranks=value.none_on_some_ranks,
+                     partial_of=value.partial_of,
                      element=Element(self.ref(element.container), element.index, self.arms(element.arms) if element.arms else ()) if element else None)
         self.values[id(value)] = copy
         return copy

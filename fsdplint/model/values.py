@@ -195,6 +195,9 @@ class Value:
     # an object elsewhere (open-r1's `get_gathered_state_dict`: the state dict on rank 0, None on the
     # others). Whether it is None is a test of the rank.
     none_on_some_ranks: bool = False
+    # `functools.partial(fully_shard, mesh=mesh)` of a function no file of the run defines, given
+    # keywords only: its qualified name. Calling the value calls it, with the keywords `entries` holds.
+    partial_of: str | None = None
 
 
 # In a Value's text, a part whose text is not known: no address or name holds it, so that

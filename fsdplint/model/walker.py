@@ -896,7 +896,7 @@ class Walker:
                           callees=value.callees, table=value.table, entries=value.entries, built_by=value.built_by, rank_derived=value.rank_derived,
                           world_size=value.world_size, text=value.text if once else None, run_test=value.run_test,
                           dtypes=value.dtypes if once else None, always_false=value.always_false and once, type_test=value.type_test,
-                          none_on_some_ranks=value.none_on_some_ranks)
+                          none_on_some_ranks=value.none_on_some_ranks, partial_of=value.partial_of)
             if root and value.built_by:
                 self.flow.write(Write.INSTANCE, root, value.built_by)
         self.env[key] = bound
@@ -1252,6 +1252,12 @@ class Walker:
         # expression written in the dict (what its events show as the argument), and every argument is known.
         known = all(arg.star != "*" for arg in node.args) and all(value.entries is not None for value in spread)
         spread_entries = [entry for value in spread for entry in value.entries] if known else None
+        qname = self.file.qualify(func)
+        held = self.env.get(dotted_name(func) or "") if qname is None and type(func) in (cst.Name, cst.Attribute) else None
+        if held is not None and held.partial_of is not None and held.entries is not None and spread_entries is not None:
+            # `shard = partial(fully_shard, mesh=mesh)`, then `shard(block)`: `fully_shard(block, mesh=mesh)`,
+            # its keywords as from a dict written out where the partial was made
+            qname, spread_entries = held.partial_of, [*held.entries, *spread_entries]
         spread_keywords = {key: entry for key, entry, _ in spread_entries} if known else None
         self.spread = (node, spread_keywords) if known else None
         if spread_keywords:
@@ -1260,12 +1266,17 @@ class Walker:
             if not arg.star:
                 self.forget_entries(arg.value)  # a function given the dict may change it
         flowing = refs_of((*args, *kwargs.values()))
-        qname = self.file.qualify(func)
         if qname is not None and qname.rsplit(".", 1)[-1] in self.patched:
             qname = None  # a test replaced it (`monkeypatch.setattr(mod, "fully_shard", fake)`): a call of unknown code
         common = dict(statement=statement, parents=parents, qname=qname, args=args, kwargs=kwargs, with_item=with_item,
                       spread=MappingProxyType({key: written for key, _, written in spread_entries}) if spread_entries else NO_SPREAD)
 
+        if qname == "functools.partial" and node.args and node.args[0].keyword is None and not node.args[0].star \
+                and all(arg.keyword is not None for arg in node.args[1:]):
+            target = self.file.qualify(node.args[0].value)
+            if target is not None and self.flow.program.resolve_callable(self.file, self.function, node.args[0].value) is None:
+                return Value(event=self.emit(CALL, node, **common), partial_of=target,
+                             entries=tuple((arg.keyword.value, kwargs[arg.keyword.value], arg.value) for arg in node.args[1:]))
         if qname == FULLY_SHARD:
             module = args[0] if args else kwargs.get("module", Value())
             if module.elements is not None or module.iterates is not None:
