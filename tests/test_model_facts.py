@@ -2944,3 +2944,19 @@ def test_a_partial_of_fully_shard_shards(sharder, targets, mesh):
     shards = [event for event in flow.events if event.kind is model.SHARD]
     assert [target.dotted() for event in shards for target in event.targets] == targets
     assert {cst.Module([]).code_for_node(event.argument(None, "mesh")[0]) for event in shards} == ({mesh} if mesh else set())
+
+
+@pytest.mark.parametrize("second, entered", [
+    # Exclusive arms that each build the trainer: the method is known where every arm's class has it.
+    ("    else:\n        trainer = FSDPTrainer(None)", ["FSDPTrainer.train"]),
+    # Objects of two classes: which method runs is not known (not the last arm's).
+    ("    else:\n        trainer = DDPTrainer(cfg)", []),
+    # Near miss: one binding after the other on every path: the last one's.
+    ("    trainer = DDPTrainer(cfg)", ["DDPTrainer.train"]),
+])
+def test_a_method_of_an_object_built_in_exclusive_arms_is_each_arms_class(second, entered):
+    classes = "".join(f"class {name}:\n    def __init__(self, cfg):\n        self.cfg = cfg\n    def train(self):\n        return 1\n\n"
+                      for name in ("FSDPTrainer", "DDPTrainer"))
+    program = program_of(f"{classes}def main(cfg, fsdp):\n    if fsdp:\n        trainer = FSDPTrainer(cfg)\n{second}\n    trainer.train()\n")
+    flow = flow_of(program, "main")
+    assert [event.qname for event in flow.events if event.kind is model.ENTER and event.qname.endswith(".train")] == entered

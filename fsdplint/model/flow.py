@@ -366,6 +366,19 @@ class Flow:
         made = [event for event in self.bindings.get(Ref(value.ref.root), ()) if 0 <= event.index < before and not (at and event.exclusive(at))]
         return max(made, key=lambda event: event.index, default=None)
 
+    def origins(self, value: Value, before: int) -> list[Event]:
+        """Every event that may have made `value` before event `before`: its own, or each binding of its
+        variable that no later binding on every path to it replaces: one per arm where exclusive arms
+        each bind it (`if init_from == "scratch": model = GPT(conf) ... else: model = Llama(conf)`),
+        where `origin` gives the last one."""
+        if value.event is not None:
+            return [value.event]
+        if value.ref is None:
+            return []
+        at = self.events[before] if before < len(self.events) else None
+        made = [event for event in self.bindings.get(Ref(value.ref.root), ()) if 0 <= event.index < before and not (at and event.exclusive(at))]
+        return [event for event in made if not any(later.index > event.index and later.on_every_path_to(event) for later in made)]
+
     def full_state_dict(self, event: Event) -> bool | None:
         """Whether a state-dict helper call asks for the full state dict (`options=StateDictOptions(
         full_state_dict=True)`): False without `options=` (the helpers' default is the sharded state),

@@ -1321,7 +1321,7 @@ class Walker:
             wrap = self.fsdp1_wrap_of(receiver, func.attr.value)
             if wrap is not None:  # `self` is the module the wrap holds, `model.module`, built as the wrap's argument was
                 runs_it = Value(ref=receiver.ref.child("module"))
-                callee = self.method_built_by(self.flow.origin(wrap.args[0], wrap.index), func.attr.value)
+                callee = self.method_of_object(wrap.args[0], wrap.index, func.attr.value)
             else:
                 callee = self.method_of_instance(func, receiver)
             if callee is not None and receiver.ref is not None:  # still a method call on a tracked value, as rules read it (`model.forward(x)`)
@@ -1488,9 +1488,19 @@ class Walker:
     def method_of_instance(self, func: cst.BaseExpression, receiver: Value) -> FunctionInfo | None:
         """`trainer.save(...)` where `trainer = Trainer(...)`, or `Trainer(...).save()`, and this run
         defines `Trainer.save`."""
-        if not type(func) is cst.Attribute:
+        if not type(func) is cst.Attribute or receiver.ref is not None and receiver.ref.path:
             return None
-        return self.method_built_by(self.construction(receiver, written_call=type(func.value) is cst.Call), func.attr.value)
+        if receiver.ref is None:
+            return self.method_built_by(self.construction(receiver, written_call=type(func.value) is cst.Call), func.attr.value)
+        self.flow.consulted.append(receiver.ref.root)
+        return self.method_of_object(receiver, len(self.flow.events), func.attr.value)
+
+    def method_of_object(self, value: Value, before: int, method: str) -> FunctionInfo | None:
+        """The method of the class whose call built the object `value` holds before event `before`: the
+        one method of every call that may have built it (`Flow.origins`); not known where the arms that
+        bound it built objects of different classes, or one of them is no call of a class of the run."""
+        found = [self.method_built_by(made, method) for made in self.flow.origins(value, before)]
+        return found[0] if found and found[0] is not None and all(other is found[0] for other in found) else None
 
     def method_built_by(self, built_by: Event | None, method: str) -> FunctionInfo | None:
         """The method of the class whose constructor call `built_by` is (or of the one class of the run
