@@ -359,12 +359,7 @@ class Flow:
         `before` (`options = StateDictOptions(...)`, `state = torch.load(path)`)."""
         if value.event is not None:
             return value.event
-        if value.ref is None:
-            return None
-        # By the index of bindings: scanning the events back cost 90 % of a run on accelerate.
-        at = self.events[before] if before < len(self.events) else None
-        made = [event for event in self.bindings.get(Ref(value.ref.root), ()) if 0 <= event.index < before and not (at and event.exclusive(at))]
-        return max(made, key=lambda event: event.index, default=None)
+        return max(self._bindings_before(value, before), key=lambda event: event.index, default=None)
 
     def origins(self, value: Value, before: int) -> list[Event]:
         """Every event that may have made `value` before event `before`: its own, or each binding of its
@@ -373,11 +368,16 @@ class Flow:
         where `origin` gives the last one."""
         if value.event is not None:
             return [value.event]
+        made = self._bindings_before(value, before)
+        return [event for event in made if not any(later.index > event.index and later.on_every_path_to(event) for later in made)]
+
+    def _bindings_before(self, value: Value, before: int) -> list[Event]:
+        """The events assigned to `value`'s variable before event `before`, in no arm apart from it."""
         if value.ref is None:
             return []
+        # By the index of bindings: scanning the events back cost 90 % of a run on accelerate.
         at = self.events[before] if before < len(self.events) else None
-        made = [event for event in self.bindings.get(Ref(value.ref.root), ()) if 0 <= event.index < before and not (at and event.exclusive(at))]
-        return [event for event in made if not any(later.index > event.index and later.on_every_path_to(event) for later in made)]
+        return [event for event in self.bindings.get(Ref(value.ref.root), ()) if 0 <= event.index < before and not (at and event.exclusive(at))]
 
     def full_state_dict(self, event: Event) -> bool | None:
         """Whether a state-dict helper call asks for the full state dict (`options=StateDictOptions(

@@ -308,7 +308,7 @@ class Copier:
             return value  # nothing in it names a variable or an event: the same in every call
         element = value.element
         copy = Value(ref=self.ref(value.ref), params_of=self.refs(value.params_of),
-                     params_read=tuple(map(self.event, value.params_read)) if value.params_read else (), iterates=self.ref(value.iterates), iterates_self=value.iterates_self,
+                     params_read=tuple(map(self.event, value.params_read)), iterates=self.ref(value.iterates), iterates_self=value.iterates_self,
                      event=self.event(value.event), elements=self.each(value.elements), visits=self.each(value.visits), callees=value.callees,
                      table=value.table, rank=value.rank, constant=value.constant, literal=value.literal, rank_test=value.rank_test,
                      always_false=value.always_false, each_of=self.ref(value.each_of), built_by=value.built_by, rank_derived=value.rank_derived,

@@ -727,7 +727,7 @@ class Walker:
         else:
             self.flow.consulted.append(receiver.ref.root)
             built_by = self.flow.origin(receiver, len(self.flow.events))
-        return built_by if built_by is not None and built_by.kind in (CALL, CALL_VALUE) and type(built_by.node) is cst.Call else None
+        return built_by if _constructs(built_by) else None
 
     def global_rank(self, node: cst.Name) -> Rank | None:
         """A name a function reads as a global of its module (neither it nor a function around it binds
@@ -1505,7 +1505,7 @@ class Walker:
     def method_built_by(self, built_by: Event | None, method: str) -> FunctionInfo | None:
         """The method of the class whose constructor call `built_by` is (or of the one class of the run
         by that name that defines it)."""
-        if built_by is None or built_by.kind not in (CALL, CALL_VALUE) or type(built_by.node) is not cst.Call:
+        if not _constructs(built_by):
             return None
         found = self.flow.program.class_of(built_by.file, built_by.node.func)
         if found is not None:
@@ -1794,6 +1794,9 @@ def _visits_through(wrapper: str, args: tuple[Value, ...]) -> tuple[Value, ...] 
     return None  # `sorted`, `filter`: which, in which order, is not known
 
 
+def _constructs(event: Event | None) -> bool:
+    """The event is a call that may build an object (`Trainer(...)`, `nn.Linear(4, 4)`), not a method's."""
+    return event is not None and event.kind in (CALL, CALL_VALUE) and type(event.node) is cst.Call
 
 
 _OBJECT = Ref("\x00object")  # the object a class's constructor facts are of, before a caller names it
