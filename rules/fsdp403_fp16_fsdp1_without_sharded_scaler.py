@@ -17,7 +17,9 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
     ## What it does
     Finds fp16 training of an FSDP1 (`FullyShardedDataParallel`) model without
     `ShardedGradScaler`: a `torch.amp.GradScaler` / `torch.cuda.amp.GradScaler` stepping an
-    optimizer over an FSDP1 model, or an fp16 `MixedPrecision` in a program that wraps with
+    optimizer over an FSDP1 model (also where an object's constructor keeps the scaler and the
+    optimizer, `self.scaler = GradScaler()` in `__init__`, and a method steps them: the model is judged
+    as that constructor left it), or an fp16 `MixedPrecision` in a program that wraps with
     `FullyShardedDataParallel`, trains (calls `backward()`) and scales no loss at all: a policy
     built where a model is wrapped, by that code; one built apart from any wrap (often a constant of
     a policies module that a function picks at run time), by the whole program. A constant of a
@@ -85,29 +87,39 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
         yield from self._fp16_without_scaler(program)
 
     def _plain_scalers(self, flow) -> Iterable[Finding]:
-        from fsdplint.model import CALL, METHOD, Value
+        """A plain scaler stepping an optimizer over an FSDP1 model. The scaler and the optimizer are
+        those bound to what the step names in this flow, or the objects an object's constructor built
+        into the attributes it names (`self.scaler = GradScaler()` and `self.optimizer = AdamW(
+        self.model.parameters())` in `__init__`, stepped in a method): their model is judged as that
+        constructor left it."""
+        from fsdplint.model import CALL, METHOD
         from fsdplint.model.strategies import shards_nothing
         from fsdplint.rulekit import at, calls, via, where
 
-        for scaler in flow.of_kind(CALL):
-            if scaler.qname not in _GRAD_SCALERS or scaler.binding is None or _disabled(scaler):
+        reported: set[int] = set()
+        for step in flow.of_kind(METHOD):
+            if step.method not in ("step", "unscale_") or not step.args or step.target is None:
                 continue
-            wrap = None
-            for step in flow.of_kind(METHOD):
-                if step.target != scaler.binding or step.method not in ("step", "unscale_") or not step.args:
+            for scaler_flow, scaler in _makers(flow, step.target, step):
+                if scaler.kind != CALL or scaler.qname not in _GRAD_SCALERS or _disabled(scaler) or id(scaler) in reported:
                     continue
-                optimizer = flow.origin(Value(ref=step.args[0].ref), step.index) if step.args[0].ref else None
-                for module in sorted(optimizer.params_of if optimizer else (), key=str):
-                    found = flow.sharding_of(module, step.index, fsdp=1)
-                    # NO_SHARD: every rank holds the whole all-reduced gradients and skips the same steps.
-                    wrap = wrap or (found if found is not None and not found.excludes(scaler) and not shards_nothing(found, step) else None)
-            if wrap is None:
-                continue
-            yield Finding(scaler.file, scaler.node,
-                          f"`{scaler.qname}` steps an optimizer over a model wrapped in `FullyShardedDataParallel` "
-                          f"(at {where(wrap)}){via(scaler)}: it checks only this rank's gradient shards for overflow, so ranks "
-                          f"skip different steps and drift apart; use `ShardedGradScaler` from `{_SHARDED_SCALER_MODULE}`",
-                          self._fix(scaler), related=(at(wrap, "wrapped here"), *calls(flow, scaler)))
+                wrap = None
+                for optimizer_flow, optimizer in _makers(flow, step.args[0].ref, step, last_only=True) if step.args[0].ref else ():
+                    # Past a constructor, its object is as the constructor left it.
+                    before = step.index if optimizer_flow is flow else len(optimizer_flow.events)
+                    for module in sorted(optimizer.params_of, key=str):
+                        found = optimizer_flow.sharding_of(module, before, fsdp=1)
+                        # NO_SHARD: every rank holds the whole all-reduced gradients and skips the same steps.
+                        wrap = wrap or (found if found is not None and not (scaler_flow is optimizer_flow and found.excludes(scaler))
+                                        and not shards_nothing(found, step if optimizer_flow is flow else None) else None)
+                if wrap is None:
+                    continue
+                reported.add(id(scaler))
+                yield Finding(scaler.file, scaler.node,
+                              f"`{scaler.qname}` steps an optimizer over a model wrapped in `FullyShardedDataParallel` "
+                              f"(at {where(wrap)}){via(scaler)}: it checks only this rank's gradient shards for overflow, so ranks "
+                              f"skip different steps and drift apart; use `ShardedGradScaler` from `{_SHARDED_SCALER_MODULE}`",
+                              self._fix(scaler), related=(at(wrap, "wrapped here"), *calls(scaler_flow, scaler)))
 
     @staticmethod
     def _fix(scaler):
@@ -165,6 +177,23 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
                               f"fp16 `MixedPrecision` in a program that wraps with `FullyShardedDataParallel` (at {where(wrap)}) "
                               f"and trains, and scales no loss: fp16 gradients underflow to zero without loss scaling; use "
                               f"`ShardedGradScaler` from `{_SHARDED_SCALER_MODULE}` (or train in bfloat16)", related=(at(wrap, "wrapped here"),))
+
+
+def _makers(flow, ref, step, last_only: bool = False) -> list:
+    """The calls that made the object `ref` names at `step`, each with its flow: those bound to it in
+    this flow (with `last_only`, the last before the step), else the call by which its object's
+    constructor built it (Flow.made_by_constructor)."""
+    from fsdplint.model import Value
+
+    bound = flow.bindings.get(ref, [])
+    if last_only:
+        made = flow.origin(Value(ref=ref), step.index) if not ref.path else \
+            max((event for event in bound if 0 <= event.index < step.index), key=lambda event: event.index, default=None)
+        bound = [made] if made is not None else []
+    if bound:
+        return [(flow, event) for event in bound]
+    built = flow.made_by_constructor(ref, step.index)
+    return [built] if built is not None else []
 
 
 def _only_untrained_take(flow, policy, backwards) -> bool:

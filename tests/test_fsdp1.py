@@ -287,6 +287,31 @@ def test_grad_scaler_is_right_for_fsdp2_and_for_a_branch_without_fsdp():
     """, select=["FSDP403"]) == []
 
 
+@pytest.mark.parametrize("wrap, caller, expected", [
+    # The constructor wraps, builds the optimizer and the plain scaler; a method steps them.
+    ("FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))", "trainer = Trainer(Net())\ntrainer.train_step(x)\n", [(4, "FSDP403")]),
+    # ... in a method no code of the run calls: its own flow, where `self` is an object of its class.
+    ("FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))", "", [(4, "FSDP403")]),
+    # Near miss: NO_SHARD keeps whole gradients on every rank, which all see the same overflow.
+    ("FSDP(model, sharding_strategy=ShardingStrategy.NO_SHARD)", "trainer = Trainer(Net())\ntrainer.train_step(x)\n", []),
+    # Near miss: the model is not wrapped: DDP-style training with a plain scaler.
+    ("model", "trainer = Trainer(Net())\ntrainer.train_step(x)\n", []),
+])
+def test_a_plain_scaler_a_constructor_keeps_and_a_method_steps(wrap, caller, expected):
+    assert codes(f"""
+    class Trainer:
+        def __init__(self, model):
+            self.model = {wrap}
+            self.scaler = torch.cuda.amp.GradScaler()
+            self.optimizer = torch.optim.AdamW(self.model.parameters())
+
+        def train_step(self, x):
+            self.scaler.scale(self.model(x).sum()).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+    """, caller, select=["FSDP403"]) == expected
+
+
 def test_rank_zero_guards_in_their_forms():
     for guard in ("dist.get_rank() == 0", "rank == 0", "0 == self.global_rank", "accelerator.is_main_process",
                   "int(os.environ['RANK']) == 0", "args.local_rank == 0 and resume"):

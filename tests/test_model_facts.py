@@ -2960,3 +2960,25 @@ def test_a_method_of_an_object_built_in_exclusive_arms_is_each_arms_class(second
     program = program_of(f"{classes}def main(cfg, fsdp):\n    if fsdp:\n        trainer = FSDPTrainer(cfg)\n{second}\n    trainer.train()\n")
     flow = flow_of(program, "main")
     assert [event.qname for event in flow.events if event.kind is model.ENTER and event.qname.endswith(".train")] == entered
+
+
+@pytest.mark.parametrize("constructor, elsewhere, made", [
+    # The constructor's top-level statement builds it: that call, in the constructor's flow.
+    ("        self.scaler = GradScaler()\n", "", "torch.amp.GradScaler"),
+    # Near misses: built in one arm only, or assigned again by another method: not known.
+    ("        if cfg:\n            self.scaler = GradScaler()\n", "", None),
+    ("        self.scaler = GradScaler()\n", "    def reset(self):\n        self.scaler = ShardedGradScaler()\n", None),
+])
+def test_an_attribute_its_objects_constructor_built_is_made_there(constructor, elsewhere, made):
+    program = program_of("from torch.amp import GradScaler\n"
+                         "from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n\n"
+                         "class Trainer:\n    def __init__(self, cfg):\n" + constructor + elsewhere +
+                         "    def step(self, loss):\n        self.scaler.step(loss)\n\n"
+                         "def main(cfg):\n    trainer = Trainer(cfg)\n    trainer.scaler.step(None)\n")
+    for function, receiver in (("main", "trainer"), ("Trainer.step", "self")):
+        flow = flow_of(program, function)
+        [step] = [event for event in flow.events if event.kind is model.METHOD and event.method == "step"]
+        assert step.target == model.Ref(receiver, ("scaler",))
+        found = flow.made_by_constructor(step.target, step.index)
+        assert (found[1].qname if found else None) == made
+        assert found is None or found[0].function.qualname == "Trainer.__init__"

@@ -12,6 +12,7 @@ import libcst as cst
 
 from fsdplint import distributed
 from fsdplint.model.conditions import can_hold
+from fsdplint.model.constructors import stored_attributes
 from fsdplint.model.events import (
     CALL,
     CALL_VALUE,
@@ -24,7 +25,7 @@ from fsdplint.model.events import (
 )
 from fsdplint.model.names import BUILTINS
 from fsdplint.model.strategies import shards_nothing
-from fsdplint.model.syntax import holds_statement, isinstance_classes, parts_that_hold, runs_forever, string_value
+from fsdplint.model.syntax import decorator_name, holds_statement, isinstance_classes, parts_that_hold, runs_forever, string_value
 from fsdplint.model.values import RankScope, Ref, Value
 
 if TYPE_CHECKING:
@@ -370,6 +371,37 @@ class Flow:
             return [value.event]
         made = self._bindings_before(value, before)
         return [event for event in made if not any(later.index > event.index and later.on_every_path_to(event) for later in made)]
+
+    def class_of_object(self, root: str, before: int) -> tuple[FileModel, str] | None:
+        """The class of the run of the object the variable `root` holds before event `before`: its
+        class for `self` of the flow's own method, else the one class every call that may have built
+        it constructs (`origins`); None where that is not known."""
+        function = self.function
+        if function is not None and function.class_name is not None and function.params[:1] == [root] \
+                and not any(decorator_name(decorator) in ("staticmethod", "classmethod") for decorator in function.node.decorators):
+            return function.file, function.owner
+        classes = [self.program.class_of(made.file, made.node.func) if made.kind in (CALL, CALL_VALUE) and type(made.node) is cst.Call else None
+                   for made in self.origins(Value(ref=Ref(root)), before)]
+        return classes[0] if classes and classes[0] is not None and all(found == classes[0] for found in classes) else None
+
+    def made_by_constructor(self, ref: Ref, before: int) -> tuple[Flow, Event] | None:
+        """Where the object an attribute of an object holds (`trainer.scaler`, `self.scaler` in a
+        method) was built by its class's constructor: the constructor's flow and the call there
+        (`self.scaler = GradScaler()`), where the constructor's top-level statement is the only
+        assignment of that attribute in the class and its bases (constructors.stored_attributes) and
+        the object's class is known (`class_of_object`). None where not known."""
+        if len(ref.path) != 1:
+            return None
+        found = self.class_of_object(ref.root, before)
+        if found is None:
+            return None
+        held = stored_attributes(self.program, *found, objects=True)[1].get(ref.path[0])
+        init = self.program.method_of_class(*found, "__init__") if held is not None and held.built_by is not None else None
+        if init is None or not init.params:
+            return None
+        flow = self.program.flow_of(init)
+        made = flow.bindings.get(Ref(init.params[0], ref.path), ())
+        return (flow, made[0]) if len(made) == 1 and made[0].index >= 0 else None
 
     def _bindings_before(self, value: Value, before: int) -> list[Event]:
         """The events assigned to `value`'s variable before event `before`, in no arm apart from it."""
