@@ -25,8 +25,9 @@ class CollectiveOnSomeRanks(Rule):
     collective's block returns (`if is_rank0(): ... except StopIteration: broadcast(end); return
     None`, then `broadcast(batch)` on every rank). Nor where the process group itself is started past
     the guard (`if local_rank != 0: return`, then `init_process_group(world_size=num_nodes,
-    rank=node_rank)`): its members are the ranks the guard keeps, and every one of them reaches the
-    collective.
+    rank=node_rank)`), or a forward's module is sharded on a device mesh built past it
+    (`init_device_mesh("cuda", (world_size // 2,))` under `if rank < world_size // 2:`): its members are
+    the ranks the guard keeps, and every one of them reaches the collective.
 
     Collectives are the `torch.distributed` ones (`barrier`, `all_reduce`, `broadcast`, ...),
     `dcp.save`/`dcp.load`/`dcp.async_save`, the `get_`/`set_` state-dict helpers with

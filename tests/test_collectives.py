@@ -1031,6 +1031,31 @@ def test_a_group_started_past_a_guard_has_only_the_ranks_it_keeps(before, after,
     assert lines(source) == expected
 
 
+@pytest.mark.parametrize("mesh_under_guard, expected", [
+    # garrett361/mamba's reload test: under the guard, a mesh of the guarded ranks and a new model
+    # sharded on it: only they are members of its collectives, and each runs the forward.
+    (True, []),
+    # Near miss: the model sharded under the guard on the mesh of every rank: the others never join.
+    (False, [12]),
+])
+def test_a_forward_of_a_module_sharded_on_a_mesh_built_past_a_guard(mesh_under_guard, expected):
+    source = f"""
+    from torch.distributed.device_mesh import init_device_mesh
+    def main():
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        world = init_device_mesh("cuda", (world_size,))
+        if rank < world_size // 2:
+            half = init_device_mesh("cuda", (world_size // 2,))
+            model = Net()
+            for block in model.blocks:
+                fully_shard(block, mesh={"half" if mesh_under_guard else "world"})
+            fully_shard(model, mesh={"half" if mesh_under_guard else "world"})
+            out = model(x)
+        dist.destroy_process_group()
+    """
+    assert lines(source) == expected
+
+
 @pytest.mark.parametrize("divisor, expected", [
     # Sethu-madhav/GPT2's HellaSwag evaluation: `if i % ddp_world_size != ddp_rank: continue`, then
     # a forward of the sharded model: each rank runs it in its own turns.

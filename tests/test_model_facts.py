@@ -2982,3 +2982,33 @@ def test_an_attribute_its_objects_constructor_built_is_made_there(constructor, e
         found = flow.made_by_constructor(step.target, step.index)
         assert (found[1].qname if found else None) == made
         assert found is None or found[0].function.qualname == "Trainer.__init__"
+
+
+@pytest.mark.parametrize("returned, entered", [
+    # A classmethod that returns an object of its class builds one: its methods are the class's.
+    ("cls(cfg)", ["GPT.configure_optimizers"]),
+    # Near miss: one that returns something else builds no object of the class.
+    ("load(cfg)", []),
+])
+def test_an_object_a_classmethod_factory_built_has_its_classs_methods(returned, entered):
+    program = program_of(f"""
+        class GPT:
+            def __init__(self, cfg):
+                self.cfg = cfg
+
+            @classmethod
+            def from_pretrained(cls, cfg):
+                return {returned}
+
+            def configure_optimizers(self):
+                return 1
+
+        def main(cfg, scratch):
+            if scratch:
+                model = GPT(cfg)
+            else:
+                model = GPT.from_pretrained(cfg)
+            model.configure_optimizers()
+    """)
+    flow = flow_of(program, "main")
+    assert [event.qname for event in flow.events if event.kind is model.ENTER and event.qname.startswith("GPT.c")] == entered

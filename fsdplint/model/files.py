@@ -11,7 +11,7 @@ import libcst as cst
 from libcst.metadata import CodeRange, PositionProvider
 
 from fsdplint.model.names import FSDP1_WRAPPER, FULLY_SHARD, canonical, dotted_name
-from fsdplint.model.syntax import nodes_under, statements_of, string_value, suites_of
+from fsdplint.model.syntax import decorator_name, nodes_under, statements_of, string_value, suites_of
 from fsdplint.plan import FileText, defined_names, module_name_for
 from fsdplint.source import SourceFile
 
@@ -36,6 +36,23 @@ class FunctionInfo:
     def called(self) -> bool:
         """Some flow in this run calls it (and so inlines it)."""
         return bool(self.callers)
+
+    def returns_its_class(self) -> bool:
+        """A classmethod that returns an object of its class wherever it returns (`return cls(...)`, `policy
+        if distributed else cls()` where `policy = cls(...)`)."""
+        if "classmethod" not in (decorator_name(d) for d in self.node.decorators) or not self.params:
+            return False
+        own = self.params[0]
+        built = {target.target.value for node in nodes_under(self.node.body, cst.Assign) for target in node.targets
+                 if type(target.target) is cst.Name and type(node.value) is cst.Call and dotted_name(node.value.func) == own}
+
+        def builds(value: cst.CSTNode | None) -> bool:
+            if type(value) is cst.IfExp:
+                return builds(value.body) and builds(value.orelse)
+            return type(value) is cst.Call and dotted_name(value.func) == own or type(value) is cst.Name and value.value in built
+
+        returns = list(nodes_under(self.node.body, cst.Return))
+        return bool(returns) and all(builds(node.value) for node in returns)
 
     def runs_at_construction(self, seen: frozenset[int] = frozenset()) -> bool:
         """It is its class's `__init__`, or only that calls it, directly or through methods of the class

@@ -270,15 +270,24 @@ class Flow:
         return found
 
     def group_started_past(self, guard: RankGuard, event: Event) -> bool:
-        """The default process group was started past `guard`, on the path to `event`: its members are
-        the ranks the guard keeps (compose-rl's launcher: `if local_rank != 0: return`, then
-        `init_process_group(world_size=num_nodes, rank=node_rank)`), so the ranks it keeps out are no
-        members, and a collective of the group is not one they fail to join."""
-        def under_guard(start: Event) -> bool:
-            return any(mine is guard or mine.node is guard.node and mine.branch is guard.branch for mine in start.rank_guards)
+        """The process group `event`'s collective runs on was started past `guard`, on the path to
+        `event`: its members are the ranks the guard keeps, so the ranks it keeps out are no members, and
+        a collective of the group is not one they fail to join. The default group started there
+        (compose-rl's launcher: `if local_rank != 0: return`, then `init_process_group(world_size=
+        num_nodes, rank=node_rank)`), or, for a forward, the device mesh its module was sharded on,
+        built there (garrett361/mamba's test: under `if rank < world_size // 2:`, `init_device_mesh(
+        "cuda", (world_size // 2,))` and a new model sharded on it)."""
+        def started_here(start: Event | None) -> bool:
+            return start is not None and start.index < event.index and not start.excludes(event) and any(
+                mine is guard or mine.node is guard.node and mine.branch is guard.branch for mine in start.rank_guards)
 
-        return any(start.qname == distributed.INIT_PROCESS_GROUP and under_guard(start) and not start.excludes(event)
-                   for start in itertools.takewhile(lambda start: start.index < event.index, self.of_kind(CALL)))
+        if any(start.qname == distributed.INIT_PROCESS_GROUP and started_here(start)
+               for start in itertools.takewhile(lambda start: start.index < event.index, self.of_kind(CALL))):
+            return True
+        shard = self.sharding_of(event.target, event.index, fsdp=2, how=Managed.UNIT) if event.kind == CALL_VALUE and event.target else None
+        mesh = shard.argument(None, "mesh") if shard is not None else None
+        made = self.origin(mesh[1], shard.index) if mesh is not None else None
+        return made is not None and made.kind == CALL and made.qname in distributed.INIT_DEVICE_MESH and started_here(made)
 
     def runs_forever_after(self, event: Event) -> bool:
         """On every path past `event`, the process enters a loop nothing leaves (`while True:` serving
@@ -380,7 +389,7 @@ class Flow:
         if function is not None and function.class_name is not None and function.params[:1] == [root] \
                 and not any(decorator_name(decorator) in ("staticmethod", "classmethod") for decorator in function.node.decorators):
             return function.file, function.owner
-        classes = [self.program.class_of(made.file, made.node.func) if made.kind in (CALL, CALL_VALUE) and type(made.node) is cst.Call else None
+        classes = [self.program.class_built_by_call(made.file, made.node.func) if made.kind in (CALL, CALL_VALUE) and type(made.node) is cst.Call else None
                    for made in self.origins(Value(ref=Ref(root)), before)]
         return classes[0] if classes and classes[0] is not None and all(found == classes[0] for found in classes) else None
 

@@ -71,7 +71,6 @@ from fsdplint.model.syntax import (
     leaves_a_loop,
     literal_default,
     no_statements,
-    nodes_under,
     parameter_default,
     parts_that_hold,
     patched_names,
@@ -360,7 +359,7 @@ class Walker:
             if not written:
                 continue
             found = (file, written) if written in file.classes else program.class_named(file.qualify_written(written) or written, through_packages=True)
-            if found is not None and (factory is None or _returns_its_class(found[0].functions.get(f"{found[1]}.{factory}"))):
+            if found is not None and (factory is None or (maker := found[0].functions.get(f"{found[1]}.{factory}")) is not None and maker.returns_its_class()):
                 return found
         return None
 
@@ -1503,13 +1502,15 @@ class Walker:
         return found[0] if found and found[0] is not None and all(other is found[0] for other in found) else None
 
     def method_built_by(self, built_by: Event | None, method: str) -> FunctionInfo | None:
-        """The method of the class whose constructor call `built_by` is (or of the one class of the run
-        by that name that defines it)."""
+        """The method of the class whose constructor call (or factory classmethod's) `built_by` is (or of
+        the one class of the run by that name that defines it)."""
         if not _constructs(built_by):
             return None
-        found = self.flow.program.class_of(built_by.file, built_by.node.func)
+        found = self.flow.program.class_built_by_call(built_by.file, built_by.node.func)
         if found is not None:
             return self.flow.program.method_of_class(*found, method)
+        if built_by.kind == METHOD:
+            return None  # a method of a bare name builds an object of a class only as its factory
         candidates = self.flow.program.methods_named((dotted_name(built_by.node.func) or "").rsplit(".", 1)[-1], method)
         return candidates[0] if len(candidates) == 1 else None
 
@@ -1795,8 +1796,11 @@ def _visits_through(wrapper: str, args: tuple[Value, ...]) -> tuple[Value, ...] 
 
 
 def _constructs(event: Event | None) -> bool:
-    """The event is a call that may build an object (`Trainer(...)`, `nn.Linear(4, 4)`), not a method's."""
-    return event is not None and event.kind in (CALL, CALL_VALUE) and type(event.node) is cst.Call
+    """The event is a call that may build an object (`Trainer(...)`, `nn.Linear(4, 4)`, a method of a bare
+    name, which a classmethod of a class of the file is: `GPT.from_pretrained(...)`), not a method of an
+    object's attribute."""
+    return event is not None and type(event.node) is cst.Call and (
+        event.kind in (CALL, CALL_VALUE) or event.kind == METHOD and len(event.targets) == 1 and not event.targets[0].path)
 
 
 _OBJECT = Ref("\x00object")  # the object a class's constructor facts are of, before a caller names it
@@ -1821,22 +1825,6 @@ def _compared(test: cst.Comparison, file: FileModel, subject_of: Callable[[cst.C
     return None
 
 
-def _returns_its_class(function: FunctionInfo | None) -> bool:
-    """A classmethod that returns an object of its class wherever it returns (`return cls(...)`, `policy
-    if distributed else cls()` where `policy = cls(...)`)."""
-    if function is None or "classmethod" not in (decorator_name(d) for d in function.node.decorators) or not function.params:
-        return False
-    own = function.params[0]
-    built = {target.target.value for node in nodes_under(function.node.body, cst.Assign) for target in node.targets
-             if type(target.target) is cst.Name and type(node.value) is cst.Call and dotted_name(node.value.func) == own}
-
-    def builds(value: cst.CSTNode | None) -> bool:
-        if type(value) is cst.IfExp:
-            return builds(value.body) and builds(value.orelse)
-        return type(value) is cst.Call and dotted_name(value.func) == own or type(value) is cst.Name and value.value in built
-
-    returns = list(nodes_under(function.node.body, cst.Return))
-    return bool(returns) and all(builds(node.value) for node in returns)
 
 
 def _all_of(*formulas: tuple) -> tuple:
