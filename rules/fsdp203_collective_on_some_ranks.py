@@ -27,7 +27,11 @@ class CollectiveOnSomeRanks(Rule):
     the guard (`if local_rank != 0: return`, then `init_process_group(world_size=num_nodes,
     rank=node_rank)`), or a forward's module is sharded on a device mesh built past it
     (`init_device_mesh("cuda", (world_size // 2,))` under `if rank < world_size // 2:`): its members are
-    the ranks the guard keeps, and every one of them reaches the collective.
+    the ranks the guard keeps, and every one of them reaches the collective. Nor where the ranks it
+    keeps out reach the same collective in a `while` loop on a path apart from it (a leader broadcasting from
+    its callbacks to workers that receive in `while True:`): they may join each of its calls. A rank
+    test the tests around it decide (`if self.rank == 0: raise` in a method called only in the `else`
+    of `if node.rank == 0:`) keeps no rank out there.
 
     Collectives are the `torch.distributed` ones (`barrier`, `all_reduce`, `broadcast`, ...),
     `dcp.save`/`dcp.load`/`dcp.async_save`, the `get_`/`set_` state-dict helpers with
@@ -90,7 +94,7 @@ class CollectiveOnSomeRanks(Rule):
             for event, name in collectives:
                 guard = next((g for g in reversed(event.rank_guards) if not _complemented(g, reaching)
                               and not any(_in_other_branch(other, g) or _reached_instead(other, other_name, event, name, g)
-                                          for other, other_name in every)
+                                          or _joined_in_a_loop(flow, other, other_name, event, name) for other, other_name in every)
                               and not _other_arm_calls_unseen_code(flow, event, g) and not flow.group_started_past(g, event)), None)
                 if guard is not None:
                     yield self._finding(flow, event, name, guard)
@@ -164,6 +168,19 @@ def _reached_instead(other, other_name: str, event, name: str, guard) -> bool:
         return False
     test = guard.condition()  # written out from the code: asked only of a collective that may match
     return not any(theirs.condition() == test for theirs in other.rank_guards)
+
+
+def _joined_in_a_loop(flow, other, other_name: str, event, name: str) -> bool:
+    """`other` is the same collective, in a `while` loop apart from `event`, on a path that excludes it:
+    the ranks that run it instead may join each of `event`'s calls, however many there are, until what
+    they receive ends the loop (LightX2V's workers: `while True: broadcast_object_list(objects, src=0)`
+    on the ranks other than 0, which receive rank 0's broadcasts from its callbacks, the last one
+    `stop` from its teardown). A `for` loop runs as many times as what it iterates holds."""
+    import libcst as cst
+
+    return other_name == name and other.excludes(event) and any(
+        type(loop.node) is cst.While and loop.first <= other.index < loop.end and not loop.first <= event.index < loop.end
+        for loop in flow.loops)
 
 
 def _in_other_branch(event, guard) -> bool:

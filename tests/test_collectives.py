@@ -1056,6 +1056,20 @@ def test_a_forward_of_a_module_sharded_on_a_mesh_built_past_a_guard(mesh_under_g
     assert lines(source) == expected
 
 
+@pytest.mark.parametrize("workers, expected", [
+    # LightX2V's leader and workers: rank 0 broadcasts from its callbacks and its teardown; the other
+    # ranks receive in a loop, as many times as rank 0 sends.
+    (["else:", "    while True:", "        dist.broadcast_object_list(objects, src=0)"], []),
+    # Near miss: the loop runs on every rank after rank 0's broadcast: the other ranks never join it.
+    (["for _ in range(3):", "    dist.broadcast_object_list(objects, src=0)"], [5]),
+])
+def test_a_collective_the_other_ranks_join_in_a_loop(workers, expected):
+    source = "\n".join(["", "def main(objects):", "    rank = dist.get_rank()", "    if rank == 0:",
+                        "        dist.broadcast_object_list(objects, src=0)", *("    " + line for line in workers),
+                        "    dist.destroy_process_group()", ""])
+    assert lines(source) == expected
+
+
 @pytest.mark.parametrize("divisor, expected", [
     # Sethu-madhav/GPT2's HellaSwag evaluation: `if i % ddp_world_size != ddp_rank: continue`, then
     # a forward of the sharded model: each rank runs it in its own turns.

@@ -3012,3 +3012,33 @@ def test_an_object_a_classmethod_factory_built_has_its_classs_methods(returned, 
     """)
     flow = flow_of(program, "main")
     assert [event.qname for event in flow.events if event.kind is model.ENTER and event.qname.startswith("GPT.c")] == entered
+
+
+def test_a_rank_test_the_tests_around_it_decide_is_no_guard_there_and_its_walk_is_not_copied_elsewhere():
+    # LightX2V's worker loop: `if self.rank == 0: raise` in a method reached only in the `else` of
+    # the caller's `if node.rank == 0:` splits no ranks there; called past the `if` (the near miss),
+    # rank 0 leaves it, and the walk of the first call (same arguments) is not copied into this one.
+    program = program_of("""
+    import os
+    import torch.distributed as dist
+
+    class Node:
+        def __init__(self):
+            self.rank = int(os.environ["RANK"])
+
+        def worker_loop(self, objects):
+            if self.rank == 0:
+                raise RuntimeError("rank 0 leads")
+            dist.broadcast_object_list(objects, src=0)
+
+    def main(objects):
+        node = Node()
+        if node.rank == 0:
+            dist.broadcast_object_list(objects, src=0)
+        else:
+            node.worker_loop(objects)
+        node.worker_loop(objects)
+    """)
+    flow = flow_of(program, "main")
+    received = [event for event in flow.events if event.qname == "torch.distributed.broadcast_object_list" and event.chain[-1] == "worker_loop"]
+    assert [[guard.branch.value for guard in event.rank_guards] for event in received] == [["else"], ["after-exit"]]

@@ -137,6 +137,7 @@ class Flow:
         # The variables whose sharding a walk asked (`isinstance(model, FSDPModule)`): a walk is copied
         # into another call only where they are alike (summaries.sharding_state).
         self.asked_sharding: list[str] = []
+        self.decided_by_facts = 0  # the rank tests walks found decided by the tests around them (Walker.statement)
         self.walked: list[int] = []  # the functions (node ids) whose bodies the walk followed where it calls them
 
     def done_walking(self) -> None:

@@ -178,10 +178,14 @@ class Summary:
     returned: Value
     walked: tuple[int, ...]  # the functions whose bodies it followed (Flow.walked)
     sharding_states: tuple[tuple[int, tuple[bool, bool]], ...]  # the caller's variables whose sharding it asked (by context position), and it
+    decided_by_facts: bool  # it found a test decided by the tests around the call (Walker.statement): it fits where they are the same
 
-    def fits(self, flow: Flow, context: Context, stack: tuple[int, ...], depth: int, limit: int) -> bool:
+    def fits(self, flow: Flow, context: Context, around: Surroundings, stack: tuple[int, ...], depth: int, limit: int) -> bool:
         """The walk would be the same in this call: it stops at the same functions (the caller's stack
-        and the depth limit), and the caller's variables it asked the makers of were made alike."""
+        and the depth limit), the caller's variables it asked the makers of were made alike, and the
+        tests around the call it read are the same."""
+        if self.decided_by_facts and around.facts != self.around.facts:
+            return False
         if self.makers is None or {function for function, _ in self.calls}.intersection(stack) != self.stack_hits:
             return False
         if any((self.depth + below >= limit) != (depth + below >= limit) for _, below in self.calls):
@@ -362,12 +366,13 @@ def walk_body(walker, caller_stack: tuple[int, ...], around: Surroundings, call_
     context = context_of(flow, walker.prefix, walker.env, id(callee.node), walker.patched)
     summaries = program.summaries.setdefault(context.key, [])
     for summary in summaries:
-        if summary.fits(flow, context, caller_stack, walker.depth, depth_limit):
+        if summary.fits(flow, context, around, caller_stack, walker.depth, depth_limit):
             try:
                 return _apply(summary, flow, context, around, call_id, walker.depth)
             except Unmappable:
                 break
     start, loops, writes, steps, versions = len(flow.events), len(flow.loops), len(flow.writes), flow.steps, flow.versions
+    decided = flow.decided_by_facts
     attempted, consulted, walked, asked = len(flow.attempted), len(flow.consulted), len(flow.walked), len(flow.asked_sharding)
     walker.walk_suite(callee.node.body, ())
     walker.finish_returns()
@@ -382,7 +387,7 @@ def walk_body(walker, caller_stack: tuple[int, ...], around: Surroundings, call_
         context, around, call_id, program.last_call_id, start, events, [event.targets for event in events],
         {position: event.binding for position, event in enumerate(events) if event.binding is not None}, flow.loops[loops:],
         flow.writes[writes:], calls, {function for function, _ in calls}.intersection(caller_stack), walker.depth, makers,
-        flow.steps - steps, flow.versions - versions, walker.returned, tuple(flow.walked[walked:]), states))
+        flow.steps - steps, flow.versions - versions, walker.returned, tuple(flow.walked[walked:]), states, flow.decided_by_facts > decided))
     return walker.returned
 
 
@@ -395,6 +400,7 @@ def _apply(summary: Summary, flow: Flow, context: Context, around: Surroundings,
     returned = copier.value(summary.returned)
     flow.steps += summary.steps
     flow.versions += summary.versions
+    flow.decided_by_facts += summary.decided_by_facts
     flow.events += events
     flow.loops += loops
     for write in writes:

@@ -518,6 +518,12 @@ class Walker:
             value = self.expr(node.test, node, parents)
             truth = self.truth_of(node.test, value)
             test = _truth_test(value)
+            if test is not None and truth is None and self.facts:
+                # A rank test the tests around it decide splits no ranks here (`if self.rank == 0: raise`
+                # in a method a caller reaches only `else` of its `if node.rank == 0:`): one arm runs.
+                truth = next((holds for holds in (True, False) if not conditions.can_hold(self.facts + self.facts_of(node.test, not holds))), None)
+                test = test if truth is None else None
+                self.flow.decided_by_facts += truth is not None
             if value.type_test:
                 self.flow.write(Write.TYPE_TESTED, id(node))
 
