@@ -24,7 +24,7 @@ class SamplerEpochNotSet(Rule):
     whose `shuffle` is not known to be `True` (a literal, its default, or a parameter the call passed
     it for), a loop that runs once (`range(1)`, also with the count passed by the call), nor a loader
     iterated under `torch.no_grad()` or `torch.inference_mode()` (an evaluation, whose batch order
-    changes nothing).
+    changes nothing), as a `with` or as the decorator of the function that iterates it.
 
     ## Example
     ```python

@@ -204,6 +204,33 @@ def test_an_evaluation_loop_under_no_grad_needs_no_new_order():
     assert lines(source.format(context="torch.autocast('cuda')"), "FSDP311") == [5]
 
 
+@pytest.mark.parametrize("decorator, expected", [
+    # Niccolo-Ajroldi/plainLM: the validation loader, built by a helper that picks the sampler in an
+    # if/else, is iterated only in a function decorated `@torch.no_grad()`.
+    ("@torch.no_grad()", []),
+    # Near miss: an undecorated function trains on the batches: the epoch loop is reported.
+    ("", [14]),
+])
+def test_an_evaluation_loop_in_a_function_decorated_no_grad_needs_no_new_order(decorator, expected):
+    source = f"""
+    def get_loader(dataset):
+        if dist.is_initialized():
+            sampler = DistributedSampler(dataset)
+        else:
+            sampler = None
+        return DataLoader(dataset, sampler=sampler)
+    {decorator}
+    def evaluate(model, loader):
+        for batch in loader:
+            model(batch).sum().backward()
+    def main(model, dataset):
+        loader = get_loader(dataset)
+        for step in range(3):
+            evaluate(model, loader)
+    """
+    assert lines(source, "FSDP311") == expected
+
+
 def test_sampler_epoch_fix_needs_a_variable_that_only_ever_holds_the_sampler():
     source = """
     def train(model, dataset, use_dist):

@@ -3042,3 +3042,18 @@ def test_a_rank_test_the_tests_around_it_decide_is_no_guard_there_and_its_walk_i
     flow = flow_of(program, "main")
     received = [event for event in flow.events if event.qname == "torch.distributed.broadcast_object_list" and event.chain[-1] == "worker_loop"]
     assert [[guard.branch.value for guard in event.rank_guards] for event in received] == [["else"], ["after-exit"]]
+
+
+@pytest.mark.parametrize("decorator, computes", [
+    # plainLM's evaluation: a function decorated `@torch.no_grad()` runs its body as under the `with`.
+    ("@torch.no_grad()\n", False),
+    ("@torch.inference_mode()\n", False),
+    # Near miss: an undecorated function computes gradients.
+    ("", True),
+])
+def test_a_loop_in_a_function_decorated_no_grad_computes_no_gradients(decorator, computes):
+    program = program_of("import torch\n\n" + decorator + "def evaluate(model, loader):\n    for batch in loader:\n        model(batch)\n\n"
+                         "def main(model, loader):\n    for step in range(3):\n        evaluate(model, loader)\n")
+    for function in ("main", "evaluate"):
+        [inner] = [loop for loop in flow_of(program, function).loops if loop.chain[-1] == "evaluate"]
+        assert inner.computes_gradients() is computes

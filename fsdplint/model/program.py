@@ -125,9 +125,8 @@ class Program:
                         chain=(function.name,) if function else ("<module>",), depth=0)
         if function is not None and function.class_name and function.params[:1] == ["self"] and not function.runs_at_construction():
             walker.facts = walker.constructor_facts(file, function.owner, Ref("self"))  # its object's, once built
-        body = function.node.body if function else file.module
         try:
-            walker.walk_suite(body, ())
+            walker.walk_function()
             walker.finish_returns()
         except BudgetExhausted:
             self.steps_left -= flow.steps

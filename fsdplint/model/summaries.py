@@ -374,7 +374,7 @@ def walk_body(walker, caller_stack: tuple[int, ...], around: Surroundings, call_
     start, loops, writes, steps, versions = len(flow.events), len(flow.loops), len(flow.writes), flow.steps, flow.versions
     decided = flow.decided_by_facts
     attempted, consulted, walked, asked = len(flow.attempted), len(flow.consulted), len(flow.walked), len(flow.asked_sharding)
-    walker.walk_suite(callee.node.body, ())
+    walker.walk_function()
     walker.finish_returns()
     events = flow.events[start:]
     calls = frozenset((function, depth - walker.depth) for function, depth in flow.attempted[attempted:])

@@ -483,6 +483,19 @@ class Walker:
         self.flow.versions += 1
         return f"{self.prefix}{name}#{self.flow.versions}"
 
+    def walk_function(self) -> None:
+        """The function's body (the module's, for a module body), inside the gradient-free contexts its
+        decorators open: `@torch.no_grad()` runs the body as `with torch.no_grad():` would (plainLM's
+        evaluation). Only a decorator called in the `@` line, which is the `with` item's call."""
+        function = self.function
+        saved = self.contexts
+        for decorator in function.node.decorators if function is not None else ():
+            made = decorator.decorator
+            if type(made) is cst.Call and self.file.qualify(made.func) in distributed.GRADIENT_FREE_CONTEXTS:
+                self.contexts += (self.emit(CALL, made, function.node, (), qname=self.file.qualify(made.func), with_item=True),)
+        self.walk_suite(function.node.body if function is not None else self.file.module, ())
+        self.contexts = saved
+
     def walk_suite(self, suite: cst.CSTNode, parents: tuple[cst.CSTNode, ...]) -> None:
         if type(suite) in (cst.Module, cst.IndentedBlock):
             saved, saved_arms, saved_facts = self.rank_guards, self.arms, self.facts
@@ -1658,7 +1671,7 @@ class Walker:
                          self.outer + parents + (statement,), self.rank_guards, call_sites, self.contexts, self.arms, facts)
         walker.patched = self.patched
         if through_wrapper:
-            walker.walk_suite(callee.node.body, ())
+            walker.walk_function()
             walker.finish_returns()
             return walker.returned
         around = Surroundings(chain, call_sites, walker.outer, self.rank_guards, self.contexts, self.arms, self.facts)
