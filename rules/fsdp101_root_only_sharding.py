@@ -20,7 +20,8 @@ class RootOnlySharding(Rule):
     followed by sharding the root is not reported: only a root with no sharded sub-module is. Nor is
     a model known to hold no blocks: a single layer, an `nn.Sequential` of layers, or an `nn.Module`
     class of the checked files whose `__init__` builds only layers, or an `nn.Sequential` of them (the
-    two-Linear model of a test).
+    two-Linear model of a test). Nor a module a loop takes from elements the model does not know (a
+    shard plan of blocks then root, sharded by one helper): which module each pass shards is not known.
 
     ## Example
     ```python

@@ -1509,3 +1509,25 @@ def main(mesh, x):
     model(x).sum().backward()
 """
     assert codes(source, ["FSDP106"]) == reported
+
+
+@pytest.mark.parametrize("plan, expected", [
+    # LightX2V's shard plan: the blocks, then the root, each an element of a plan the model does not
+    # know, sharded by one helper in a loop: which module each pass shards is not known.
+    ("shard_plan(model)", []),
+    # Near miss: a plan written out, the root alone in it.
+    ("((model, False),)", [(5, "FSDP101")]),
+])
+def test_a_module_taken_from_a_plan_not_known_is_not_the_root_alone(plan, expected):
+    assert codes(f"""
+    from torch.distributed.fsdp import fully_shard
+
+    def shard_one(module, reshard):
+        fully_shard(module, reshard_after_forward=reshard)
+
+    def main():
+        model = Transformer()
+        for module, reshard in {plan}:
+            shard_one(module, reshard)
+        model(x).sum().backward()
+    """, select=["FSDP101"]) == expected

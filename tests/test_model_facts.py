@@ -3057,3 +3057,29 @@ def test_a_loop_in_a_function_decorated_no_grad_computes_no_gradients(decorator,
     for function in ("main", "evaluate"):
         [inner] = [loop for loop in flow_of(program, function).loops if loop.chain[-1] == "evaluate"]
         assert inner.computes_gradients() is computes
+
+
+@pytest.mark.parametrize("iterable, per_pass", [
+    # LightX2V's shard plan: elements the model does not know, another one each pass.
+    ("shard_plan(model)", True),
+    # Near miss: a literal tuple, each element known in turn.
+    ("((model.head, True), (model, False))", False),
+])
+def test_a_loop_variable_over_elements_not_known_is_no_object_made_here(iterable, per_pass):
+    program = program_of(f"""
+    from torch.distributed.fsdp import fully_shard
+
+    def apply(model):
+        for module, reshard in {iterable}:
+            fully_shard(module, reshard_after_forward=reshard)
+
+    def main(first, second):
+        apply(first)
+        apply(second)
+    """)
+    flow = flow_of(program, "main")
+    shards = [event for event in flow.events if event.kind is model.SHARD]
+    # The second call's walk is the first's, copied (the same context): its variable too.
+    assert len(shards) == (2 if per_pass else 4)
+    assert all((event.target.root in flow.per_pass) is per_pass for event in shards)
+    assert not any(flow.has_local_provenance(event.target) for event in shards)

@@ -92,6 +92,7 @@ class Write(enum.Enum):
     TYPE_TESTED = enum.auto()  # type_tested.add(id of an `if` whose test is a Value.type_test)
     JOINED = enum.auto()  # joined[root] = the refs it is one of
     COPIED = enum.auto()  # copies[root] = the ref of the object it is a copy of
+    PER_PASS = enum.auto()  # per_pass.add(root)
 
 
 class Flow:
@@ -137,6 +138,9 @@ class Flow:
         # The variables whose sharding a walk asked (`isinstance(model, FSDPModule)`): a walk is copied
         # into another call only where they are alike (summaries.sharding_state).
         self.asked_sharding: list[str] = []
+        # Variables each pass of a loop binds to another element the model does not know (LightX2V's
+        # `for module, reshard in _iter_shard_plan(plan)`): no one object.
+        self.per_pass: set[str] = set()
         self.decided_by_facts = 0  # the rank tests walks found decided by the tests around them (Walker.statement)
         self.walked: list[int] = []  # the functions (node ids) whose bodies the walk followed where it calls them
 
@@ -187,6 +191,8 @@ class Flow:
             self.joined[key] = value
         elif kind is Write.COPIED:
             self.copies[key] = value
+        elif kind is Write.PER_PASS:
+            self.per_pass.add(key)
         self.writes.append((kind, key, value))
 
     @property
@@ -207,8 +213,9 @@ class Flow:
         return found
 
     def has_local_provenance(self, ref: Ref) -> bool:
-        """The value was made inside this flow (not a parameter, global or attribute of self)."""
-        return ref.root in self.assigned_roots and ref.root not in self.parameter_roots
+        """The value was made inside this flow (not a parameter, global or attribute of self, nor an
+        element a loop took from something the model does not know)."""
+        return ref.root in self.assigned_roots and ref.root not in self.parameter_roots and ref.root not in self.per_pass
 
     def of_kind(self, *kinds: EventKind) -> Iterator[Event]:
         """The events of these kinds, in order: rules ask this of every flow, most for a rare kind."""

@@ -336,7 +336,7 @@ class Copier:
 
     def write(self, write: tuple[Write, object, object]) -> tuple[Write, object, object]:
         kind, key, value = write
-        if kind in (Write.ASSIGNED_ROOT, Write.INSTANCE):
+        if kind in (Write.ASSIGNED_ROOT, Write.INSTANCE, Write.PER_PASS):
             return kind, self.root(key), value
         if kind is Write.CONSTRUCTED:
             return kind, self.root(key), self.event(value)

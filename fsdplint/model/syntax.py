@@ -53,15 +53,15 @@ def string_value(node: cst.SimpleString) -> str | bytes:
     return node.evaluated_value
 
 
-def _targets(node: cst.CSTNode) -> Iterator[str]:
+def target_names(node: cst.CSTNode) -> Iterator[str]:
     """The names an assignment target binds (`a`, `a, (b, *c)`)."""
     if type(node) is cst.Name:
         yield node.value
     elif type(node) in (cst.Tuple, cst.List):
         for element in node.elements:
-            yield from _targets(element.value)
+            yield from target_names(element.value)
     elif type(node) is cst.StarredElement:
-        yield from _targets(node.value)
+        yield from target_names(node.value)
 
 
 def bound_names(statements) -> Iterator[str]:
@@ -72,18 +72,18 @@ def bound_names(statements) -> Iterator[str]:
             for small in statement.body:
                 if type(small) is cst.Assign:
                     for target in small.targets:
-                        yield from _targets(target.target)
+                        yield from target_names(target.target)
                 elif type(small) in (cst.AnnAssign, cst.AugAssign):
-                    yield from _targets(small.target)
+                    yield from target_names(small.target)
         elif type(statement) in (cst.FunctionDef, cst.ClassDef):
             continue
         else:
             if type(statement) is cst.For:
-                yield from _targets(statement.target)
+                yield from target_names(statement.target)
             if type(statement) is cst.With:
                 for item in statement.items:
                     if item.asname:
-                        yield from _targets(item.asname.name)
+                        yield from target_names(item.asname.name)
             for suite in suites_of(statement):
                 yield from bound_names(statements_of(suite))
 

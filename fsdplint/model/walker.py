@@ -79,6 +79,7 @@ from fsdplint.model.syntax import (
     string_default,
     string_value,
     subexpressions,
+    target_names,
 )
 from fsdplint.model.values import (
     ANY_ELEMENT,
@@ -591,6 +592,11 @@ class Walker:
             before = self.env
             self.env = dict(before)
             self.bind(node.target, element)
+            if element.ref is None and element.elements is None:
+                for name in target_names(node.target):
+                    bound = self.env.get(name)
+                    if bound is not None and bound.ref is not None and not bound.ref.path:
+                        self.flow.write(Write.PER_PASS, bound.ref.root)
             if element.ref is None and type(node.target) is cst.Name and self.env[node.target.value].ref is not None:
                 # `for module in children_bottom_up(model)[:-1]`: each element comes from `model`.
                 self.flow.write(Write.DERIVED, self.env[node.target.value].ref.root, self.roots_read(node.iter))
