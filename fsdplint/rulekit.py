@@ -361,7 +361,7 @@ def is_leaf_or_part(flow: Flow, root: Ref, shards: list[Event], at: Event) -> bo
 def taken_from_sharded(flow: Flow, root: Ref, shards: list[Event]) -> bool:
     """The module was computed from a module that `shards` shard (`language_model = get_language_model(model)`,
     a call this run does not follow): it may be that module or a part of it."""
-    sources = flow.derived_from.get(root.root, set()) - {root.root}
+    sources = flow.computed_from(root.root) - {root.root}
     return any(t.root in sources for event in shards for t in event.targets)
 
 

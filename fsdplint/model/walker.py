@@ -1003,14 +1003,15 @@ class Walker:
         return roots
 
     def sources_of(self, node: cst.CSTNode) -> set[str]:
-        """The roots an expression reads, and for each the objects it may be (where paths met) and
-        the roots those were computed from: what an element of an iterable built elsewhere in the
-        function may come from (halite's `block_iterator`, a comprehension over `model.blocks` on one
-        path and `block_iterator(model)` on the other)."""
+        """The roots an expression reads, and for each the objects it may be (where paths met): what an
+        element of an iterable built elsewhere in the function may come from (halite's `block_iterator`,
+        a comprehension over `model.blocks` on one path and `block_iterator(model)` on the other); what
+        those were computed from, a reader follows (`Flow.computed_from`): written here, those roots of
+        the caller's would keep a callee's walk from being copied into another call."""
         roots = self.roots_read(node)
         for root in list(roots):
             for one in self.flow.alternatives(Ref(root)):
-                roots |= {one.root} | self.flow.derived_from.get(one.root, set())
+                roots |= {one.root}
         return roots
 
     def ref_of(self, node: cst.CSTNode) -> Ref | None:
