@@ -25,7 +25,8 @@ class DeviceContextAsStatement(Rule):
     called with the same device just before, on every path, or right after, the line is only
     redundant: not reported. Where `init_device_mesh` follows, which sets the device from
     `LOCAL_RANK` if nothing initialized CUDA before it, the finding is a warning; so it is where
-    `fully_shard` with no `mesh=` follows, which builds its default mesh with `init_device_mesh`.
+    `fully_shard` with no `mesh=` follows, which builds its default mesh with `init_device_mesh`,
+    also in the constructor of an object of a class of the checked files built next.
     Where CUDA is initialized on every path before either (`.cuda()`, `torch.cuda.current_device()`,
     `torch.accelerator.current_device_index()`), the mesh sets no device: an error.) Every rank then
     works on GPU 0, and NCCL refuses the process group (`Duplicate GPU detected : rank 1 and rank 0
@@ -65,6 +66,8 @@ class DeviceContextAsStatement(Rule):
         from fsdplint.rulekit import at, calls, code, is_simple_statement, via, where
 
         for flow in program.flows:
+            if not flow.is_entry:
+                continue  # its callers' flows see what runs after it returns (a mesh built there: plainLM's `main`)
             for event in flow.of_kind(CALL):
                 setter = _SETTERS.get(event.qname or "")
                 statement = event.statement
@@ -114,22 +117,49 @@ def _mesh_built_after(flow, event):
     """`init_device_mesh` called later wherever the statement runs, on no device written as the CPU, or
     `fully_shard` with no `mesh=`, which builds its default mesh with it (torch 2.13's
     `_init_default_fully_shard_mesh`, on the accelerator: fredstoolbox/pyFSDP2): it sets the device from
-    LOCAL_RANK while CUDA is not yet initialized (small-ablation's scripts), which the model cannot tell."""
-    from fsdplint import distributed
-    from fsdplint.model import CALL, METHOD, SHARD
-    from fsdplint.rulekit import written_device_type
+    LOCAL_RANK while CUDA is not yet initialized (small-ablation's scripts), which the model cannot tell.
+    Also in the constructor of an object of a class of the run built later (plainLM's `TorchEngine(...)`,
+    whose `__init__` shards with no `mesh=`), by what it does wherever it runs."""
+    from fsdplint.model import CALL, CALL_VALUE, METHOD, SHARD
 
-    for other in flow.of_kind(CALL, SHARD, METHOD):
+    for other in flow.of_kind(CALL, SHARD, METHOD, CALL_VALUE):
         if other.index <= event.index or not other.on_every_path_to(event):
             continue
-        if other.kind == METHOD and other.method == "cuda" or other.kind == CALL and other.qname in _INITIALIZES_CUDA:
-            return None  # CUDA is initialized on every path past the statement: a mesh built later sets no device
-        if other.kind == SHARD and "mesh" not in other.kwargs:
+        step = _device_step(flow, other)
+        if step is not None:
+            return None if step is _CUDA_INITIALIZED else step
+    return None
+
+
+_CUDA_INITIALIZED = object()  # a step past which a mesh built later sets no device
+
+
+def _device_step(flow, other):
+    """What `other` does to the device a mesh built later sets: initializes CUDA (`_CUDA_INITIALIZED`),
+    builds a mesh that sets the device (the event that builds it), or neither (None)."""
+    import libcst as cst
+
+    from fsdplint import distributed
+    from fsdplint.model import CALL, CALL_VALUE, METHOD, SHARD
+    from fsdplint.rulekit import written_device_type
+
+    if other.kind == METHOD and other.method == "cuda" or other.kind == CALL and other.qname in _INITIALIZES_CUDA:
+        return _CUDA_INITIALIZED  # CUDA is initialized on every path past the statement: a mesh built later sets no device
+    if other.kind == SHARD and "mesh" not in other.kwargs:
+        return other
+    if other.kind == CALL and other.qname in distributed.INIT_DEVICE_MESH:
+        device = other.argument(0, "device_type")
+        if device is None or written_device_type(other, device[0]) != "cpu":
             return other
-        if other.kind == CALL and other.qname in distributed.INIT_DEVICE_MESH:
-            device = other.argument(0, "device_type")
-            if device is None or written_device_type(other, device[0]) != "cpu":
-                return other
+    if other.kind in (CALL, CALL_VALUE) and type(other.node) is cst.Call:
+        # Through a package's re-export too (plainLM's `from engine import TorchEngine`): one lookup per construction past the statement.
+        found = flow.program.class_built_by_call(other.file, other.node.func, through_packages=True)
+        init = flow.program.method_of_class(*found, "__init__") if found is not None else None
+        constructor = flow.program.flow_of(init) if init is not None else None
+        for inner in constructor.of_kind(CALL, SHARD, METHOD) if constructor is not None else ():
+            step = _device_step(constructor, inner) if not inner.arms and not inner.rank_guards else None
+            if step is not None:
+                return step
     return None
 
 

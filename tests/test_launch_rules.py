@@ -970,3 +970,52 @@ def test_device_context_as_statement_before_a_cpu_mesh_is_an_error():
         mesh = init_device_mesh("cpu", (2,))
     """
     assert [(d.line, d.severity) for d in check_source(textwrap.dedent(source), select=["FSDP305"])] == [(5, "error")]
+
+
+@pytest.mark.parametrize("constructor, severity", [
+    # Niccolo-Ajroldi/plainLM: the engine's constructor shards with no `mesh=`, whose default mesh
+    # sets the device from LOCAL_RANK where CUDA is not yet initialized: a warning, as in the caller.
+    (["for layer in model.layers:", "    fully_shard(layer)", "fully_shard(model)"], "warning"),
+    # Near miss: the constructor initializes CUDA first (`model.cuda()`): a mesh built past it sets no device.
+    (["model.cuda()", "fully_shard(model)"], "error"),
+])
+def test_device_context_as_statement_before_a_constructor_that_builds_the_default_mesh(constructor, severity):
+    source = "\n".join(["import torch", "from torch.distributed.fsdp import fully_shard", "class Engine:",
+                        "    def __init__(self, model):", *("        " + line for line in constructor),
+                        "def main(local_rank, model):", '    torch.cuda.device(f"cuda:{local_rank}")', "    Engine(model)", ""])
+    line = 6 + len(constructor)
+    assert [(d.line, d.severity) for d in check_source(source, select=["FSDP305"])] == [(line, severity)]
+
+
+@pytest.mark.parametrize("engine", [
+    # plainLM: the setup in a file of its own (an entry), the engine imported from a package that
+    # re-exports it; the setup's own flow does not see what its caller runs after it returns.
+    ["for layer in model.layers:", "    fully_shard(layer)", "fully_shard(model)"],
+    # Near miss: the engine's constructor initializes CUDA first: an error, from the caller's flow.
+    ["model.cuda()", "fully_shard(model)"],
+])
+def test_device_context_as_statement_in_a_setup_another_file_calls(tmp_path, engine):
+    (tmp_path / "torch_utils.py").write_text(textwrap.dedent("""
+        import os
+        import torch
+        from torch.distributed import init_process_group
+
+        def setup():
+            init_process_group(backend="nccl")
+            torch.cuda.device(f"cuda:{os.environ['LOCAL_RANK']}")
+    """))
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "__init__.py").write_text("from .engine import Engine\n")
+    (tmp_path / "engine" / "engine.py").write_text("\n".join(
+        ["from torch.distributed.fsdp import fully_shard", "class Engine:", "    def __init__(self, model):",
+         *("        " + line for line in engine), ""]))
+    (tmp_path / "train.py").write_text(textwrap.dedent("""
+        from torch_utils import setup
+        from engine import Engine
+
+        def main(model):
+            setup()
+            Engine(model)
+    """))
+    found = [(Path(d.path).name, d.line, d.severity) for d in check_paths([tmp_path], select=["FSDP305"])]
+    assert found == [("torch_utils.py", 8, "warning" if len(engine) == 3 else "error")]

@@ -351,13 +351,13 @@ class Program:
             return file, func.value
         return self.class_named(file.qualify(func), through_packages)
 
-    def class_built_by_call(self, file: FileModel, func: cst.CSTNode) -> tuple[FileModel, str] | None:
+    def class_built_by_call(self, file: FileModel, func: cst.CSTNode, through_packages: bool = False) -> tuple[FileModel, str] | None:
         """The class of this run whose object a call of `func` written in `file` builds: the class it
-        names (`class_of`), or the class whose classmethod it is where that returns an object of its
-        class (`GPT.from_pretrained(...)`)."""
-        found = self.class_of(file, func)
+        names (`class_of`, with `through_packages` as there), or the class whose classmethod it is where
+        that returns an object of its class (`GPT.from_pretrained(...)`)."""
+        found = self.class_of(file, func, through_packages)
         if found is None and type(func) is cst.Attribute:
-            owner = self.class_of(file, func.value)
+            owner = self.class_of(file, func.value, through_packages)
             factory = owner[0].functions.get(f"{owner[1]}.{func.attr.value}") if owner is not None else None
             found = owner if factory is not None and factory.returns_its_class() else None
         return found
