@@ -3083,3 +3083,29 @@ def test_a_loop_variable_over_elements_not_known_is_no_object_made_here(iterable
     assert len(shards) == (2 if per_pass else 4)
     assert all((event.target.root in flow.per_pass) is per_pass for event in shards)
     assert not any(flow.has_local_provenance(event.target) for event in shards)
+
+
+@pytest.mark.parametrize("decorator, wrapped", [
+    # Coluding/diffusion-egocentric: `unet = FSDPConfig.wrap_unet(unet)`, a staticmethod called on the class.
+    ("@staticmethod", True),
+    ("@classmethod", True),
+    # Near miss: a method of the objects, called on the class: not followed.
+    ("", False),
+])
+def test_a_static_or_class_method_called_on_a_class_of_the_file_is_walked(decorator, wrapped):
+    first = "cls, unet" if decorator == "@classmethod" else "self, unet" if not decorator else "unet"
+    program = program_of(f"""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    class FSDPConfig:
+        {decorator}
+        def wrap_unet({first}):
+            return FSDP(unet)
+
+    def main(unet):
+        unet = FSDPConfig.wrap_unet(unet)
+        unet(x)
+    """)
+    flow = flow_of(program, "main")
+    [forward] = [event for event in flow.events if event.kind is model.CALL_VALUE and event.target.root.startswith("unet")]
+    assert (flow.sharding_of(forward.target, forward.index, fsdp=1) is not None) is wrapped

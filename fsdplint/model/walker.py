@@ -1512,11 +1512,16 @@ class Walker:
 
     def method_of_instance(self, func: cst.BaseExpression, receiver: Value) -> FunctionInfo | None:
         """`trainer.save(...)` where `trainer = Trainer(...)`, or `Trainer(...).save()`, and this run
-        defines `Trainer.save`."""
+        defines `Trainer.save`; or `Config.wrap(model)`, a static or class method of a class of the file
+        called on the class (Coluding/diffusion-egocentric's `FSDPConfig.wrap_unet(unet)`)."""
         if not type(func) is cst.Attribute or receiver.ref is not None and receiver.ref.path:
             return None
         if receiver.ref is None:
             return self.method_built_by(self.construction(receiver, written_call=type(func.value) is cst.Call), func.attr.value)
+        if type(func.value) is cst.Name and func.value.value in self.file.classes and not self.is_variable(func.value.value):
+            method = self.file.functions.get(f"{func.value.value}.{func.attr.value}")
+            kinds = {decorator_name(decorator) for decorator in method.node.decorators} if method is not None else set()
+            return method if kinds & {"staticmethod", "classmethod"} else None
         self.flow.consulted.append(receiver.ref.root)
         return self.method_of_object(receiver, len(self.flow.events), func.attr.value)
 
@@ -1532,7 +1537,11 @@ class Walker:
         the one class of the run by that name that defines it)."""
         if not _constructs(built_by):
             return None
-        found = self.flow.program.class_built_by_call(built_by.file, built_by.node.func)
+        target = built_by.targets[0] if built_by.kind == CALL_VALUE and len(built_by.targets) == 1 else None
+        if target is not None and not target.path and target.root in built_by.file.classes:
+            found = built_by.file, target.root  # `cls(cfg)` in a classmethod the walk called on a class of the file
+        else:
+            found = self.flow.program.class_built_by_call(built_by.file, built_by.node.func)
         if found is not None:
             return self.flow.program.method_of_class(*found, method)
         if built_by.kind == METHOD:
