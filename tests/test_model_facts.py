@@ -149,14 +149,17 @@ def test_an_import_inside_a_function_names_what_it_imports_there_only():
 
 def test_a_global_may_be_read_where_a_file_of_the_run_names_it_past_its_binding():
     """A policies module's constants: `read_here` is named by a function of its file, `read_there` by
-    another file of the run (not parsed for it), `unread` by no code but its own assignment."""
+    another file of the run (not parsed for it), `unread` by no code but its own assignment: a word of
+    a comment or a string of its file, or of a file that does not name its module, reads nothing
+    (OST-OpenSourceTransformers' `fp16`)."""
     texts = {
-        "policies.py": "read_here = 1\nread_there = 2\nunread = 3\n\ndef pick():\n    return read_here\n",
+        "policies.py": "read_here = 1\nread_there = 2\nunread = 3  # unread\n\ndef pick():\n    print('unread')\n    return read_here\n",
         "train.py": "from policies import read_there\n",
+        "other.py": "unread = 'unread'\n",
     }
     sources, parse, parsed = parser_of(texts)
     policies = parse(sources["policies.py"])
-    program = model.Program([policies], [model.UnparsedFile(sources["train.py"], parse)])
+    program = model.Program([policies], [model.UnparsedFile(sources[name], parse) for name in ("train.py", "other.py")])
     statements = {statement.body[0].targets[0].target.value: statement for statement in policies.module.body[:3]}
     assert {name: program.may_read_global(policies, name, statement) for name, statement in statements.items()} == \
         {"read_here": True, "read_there": True, "unread": False}

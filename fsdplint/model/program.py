@@ -19,7 +19,7 @@ from fsdplint.model.files import FileModel, FunctionInfo, UnparsedFile
 from fsdplint.model.names import dotted_name
 from fsdplint.model.flow import Flow
 from fsdplint.model.summaries import Summary
-from fsdplint.model.syntax import bound_names, declared_global, decorator_name, runs_exec_in_scope, statements_of
+from fsdplint.model.syntax import bound_names, declared_global, decorator_name, nodes_under, runs_exec_in_scope, statements_of
 from fsdplint.model.values import Ref, Value
 from fsdplint.model.walker import CHARACTERS_PER_STEP, PROGRAM_BUDGET, BudgetExhausted, Walker
 
@@ -211,12 +211,14 @@ class Program:
 
     def may_read_global(self, file: FileModel, name: str, binding: cst.CSTNode) -> bool:
         """Whether code of the run may read the global `name` that statement `binding` of `file`'s
-        module binds: a file of the run names it (a word, in code or not) outside that statement."""
-        word = re.compile(rf"\b{re.escape(name)}\b")
-        if len(word.findall(file.source.text)) > len(word.findall(file.code(binding))):
+        module binds: the file's code names it outside that statement (a name, not a word of a comment
+        or a string: OST-OpenSourceTransformers' unused `fp16` policy), or another file of the run holds
+        both the word and its module's name (an import of it, `from training import fp16`)."""
+        if sum(node.value == name for node in nodes_under(file.module, cst.Name)) > sum(node.value == name for node in nodes_under(binding, cst.Name)):
             return True
+        word, module = re.compile(rf"\b{re.escape(name)}\b"), re.compile(rf"\b{re.escape(file.module_name.rsplit('.', 1)[-1])}\b")
         others = [other.source for other in self.files if other is not file] + [unparsed.source for unparsed in self._unparsed.values()]
-        return any(word.search(source.text) for source in others)
+        return any(word.search(source.text) and module.search(source.text) for source in others)
 
     def files_assigning(self, attribute: str) -> list[FileModel]:
         """The run's files whose text may assign `attribute` of an object (`x.attribute = ...`: what
