@@ -53,7 +53,15 @@ taken (`Value.params_read`: the `state_dict()` calls), through dicts, comprehens
 keep what a dict or tensor holds; `Flow.sharded_state` asks whether the module was sharded there.
 
 Loops: each `for`/`while` walked once is a `Loop` of its flow (`Flow.loops`), with what it iterates and
-its body's events (`flow.events[first:end]`, inlined calls included).
+its body's events (`flow.events[first:end]`, inlined calls included). A variable each pass binds to
+another element the model does not know is no one object (`Flow.per_pass`). A function decorated
+`@torch.no_grad()` runs its body inside that context, as a `with` would (`Walker.walk_function`).
+
+Objects: a method is resolved by the class that built its receiver (`Flow.origins`), a classmethod
+factory's included (`Program.class_built_by_call`); a static or class method called on a class of the
+file is walked there. What an object's constructor built into an attribute, by its only assignment, is
+made there (`Flow.made_by_constructor`, in the constructor's flow). A rank test the tests around it
+decide is no guard there; a walk that read them is copied only where they are the same.
 
 The modules, one job each: `names` (qualified names), `values` (refs, values, ranks), `events` (events,
 their kinds, guards and arms), `syntax` (LibCST shapes), `files` (one file's index), `flow` (one
