@@ -36,8 +36,9 @@ class CollectiveOnSomeRanks(Rule):
     Collectives are the `torch.distributed` ones (`barrier`, `all_reduce`, `broadcast`, ...),
     `dcp.save`/`dcp.load`/`dcp.async_save`, the `get_`/`set_` state-dict helpers with
     `full_state_dict=True` or `broadcast_from_rank0=True`, `DTensor.full_tensor()`, FSDP1's
-    `summon_full_params`, `full_optim_state_dict` and the wrapped module's `state_dict()` under
-    FULL_STATE_DICT (its default; not the module inside the wrap, `model.module`, whose nested units
+    `summon_full_params`, `full_optim_state_dict` and the wrapped module's `state_dict()` and
+    `load_state_dict()` under FULL_STATE_DICT (its default; loading unshards the parameters first, an
+    all-gather; not the module inside the wrap, `model.module`, whose nested units
     the wrap's policy may not have made), and `unshard()` or a forward of a sharded module.
 
     ## Why is this bad?

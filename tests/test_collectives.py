@@ -1116,3 +1116,26 @@ def test_a_method_an_fsdp1_wrap_hands_on_runs_on_the_module_inside(saved, expect
             {saved}
     """
     assert lines(source) == expected
+
+
+@pytest.mark.parametrize("wrap, context, expected", [
+    # liao1995/Metis: rank 0 alone loads a full state dict into the FSDP1 model: the load unshards
+    # (all-gathers) the parameters, and the other ranks wait in the barrier.
+    ("FSDP(Net())", "FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT)", [8]),
+    ("FSDP(Net())", "contextlib.nullcontext()", [8]),
+    # Near misses: a sharded state dict loads this rank's shards; NO_SHARD holds whole parameters.
+    ("FSDP(Net())", "FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT)", []),
+    ("FSDP(Net(), sharding_strategy=ShardingStrategy.NO_SHARD)", "contextlib.nullcontext()", []),
+])
+def test_a_full_state_dict_loaded_on_rank_zero_alone(wrap, context, expected):
+    source = f"""
+    import contextlib
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy, StateDictType
+    def main(path):
+        model = {wrap}
+        with {context}:
+            if dist.get_rank() == 0:
+                model.load_state_dict(torch.load(path))
+        dist.barrier()
+    """
+    assert lines(source) == expected

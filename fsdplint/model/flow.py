@@ -490,7 +490,10 @@ class Flow:
                 return event.method
             if event.method == "unshard" and self.sharding_of(event.target, event.index, fsdp=2):
                 return event.method
-            if event.method == "state_dict" and self._fsdp1_full_state_dict(event):
+            if event.method in ("state_dict", "load_state_dict") and self._fsdp1_full_state_dict(event):
+                # Loading a full state dict unshards the parameters first, an all-gather too (torch 2.13's
+                # `_full_pre_load_state_dict_hook`; rank 0 alone hangs on 2 gloo ranks: liao1995/Metis).
+                #
                 # Of the wrapped module itself: its hooks gather. A module inside it (`model.module`,
                 # the module FSDP1 wraps: ChenYuHengSJTU/stylegan2-pytorch) runs only the hooks of the
                 # units nested in it, which the wrap's policy may or may not have made.
@@ -535,8 +538,8 @@ class Flow:
                             for target in shard.targets))
 
     def _fsdp1_full_state_dict(self, event: Event) -> bool:
-        """FSDP1's `state_dict()` gathers unless a `state_dict_type` context (or an earlier
-        `set_state_dict_type`) chose a sharded or local state dict."""
+        """FSDP1's `state_dict()` and `load_state_dict()` gather unless a `state_dict_type` context (or
+        an earlier `set_state_dict_type`) chose a sharded or local state dict."""
         chosen = [context for context in event.contexts if (context.qname or context.method or "").endswith("state_dict_type")]
         chosen = chosen or [e for e in self.events[:event.index] if (e.qname or e.method or "").endswith("set_state_dict_type")]
         return not chosen or "FULL_STATE_DICT" in chosen[-1].file.code(chosen[-1].node)
