@@ -89,7 +89,8 @@ class TiedParametersSplitAcrossUnits(Rule):
                     if split is None or id(split[0].node) in reported:
                         continue
                     unit, holder = split
-                    reported.add(id(unit.node))
+                    # One finding a pair: the other side's is the same split, seen from its module.
+                    reported |= {id(unit.node), id(holder.node)}
                     condition = "" if tie.certain else " where the test around the tie holds"
                     yield Finding(
                         unit.file, unit.node,

@@ -1531,3 +1531,26 @@ def test_a_module_taken_from_a_plan_not_known_is_not_the_root_alone(plan, expect
             shard_one(module, reshard)
         model(x).sum().backward()
     """, select=["FSDP101"]) == expected
+
+
+@pytest.mark.parametrize("shards, expected", [
+    # garrett361/mamba's test: each side of the tie sharded alone: one split, one finding, at the first.
+    ("fully_shard(model.output)\nfully_shard(model.embed)\nfully_shard(model)", [(13, "FSDP111")]),
+    # One side sharded alone, the other left to the root: the same one finding.
+    ("fully_shard(model.output)\nfully_shard(model)", [(13, "FSDP111")]),
+])
+def test_a_tied_pair_split_across_units_is_one_finding(shards, expected):
+    source = textwrap.dedent("""
+    import torch.nn as nn
+    from torch.distributed.fsdp import fully_shard
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(8, 4)
+            self.output = nn.Linear(4, 8, bias=False)
+            self.output.weight = self.embed.weight
+
+    model = LM()
+    """) + shards + "\n"
+    assert [(d.line, d.code) for d in check_source(source, select=["FSDP111"])] == expected
