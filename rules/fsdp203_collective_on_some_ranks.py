@@ -31,7 +31,9 @@ class CollectiveOnSomeRanks(Rule):
     keeps out reach the same collective in a `while` loop on a path apart from it (a leader broadcasting from
     its callbacks to workers that receive in `while True:`): they may join each of its calls. A rank
     test the tests around it decide (`if self.rank == 0: raise` in a method called only in the `else`
-    of `if node.rank == 0:`) keeps no rank out there.
+    of `if node.rank == 0:`) keeps no rank out there. A collective that runs only where
+    `dist.is_initialized()` is false (its `else`, also through a name or a constructor's flag that holds
+    it) has no other process to wait for.
 
     Collectives are the `torch.distributed` ones (`barrier`, `all_reduce`, `broadcast`, ...),
     `dcp.save`/`dcp.load`/`dcp.async_save`, the `get_`/`set_` state-dict helpers with

@@ -1139,3 +1139,36 @@ def test_a_full_state_dict_loaded_on_rank_zero_alone(wrap, context, expected):
         dist.barrier()
     """
     assert lines(source) == expected
+
+
+@pytest.mark.parametrize("flag, test", [
+    # Where `dist.is_initialized()` is false there is no other process to wait for: the `else` of a
+    # test of it is silent, whatever names the test (Coluding/diffusion-egocentric's `self.is_distributed`,
+    # stored by the constructor).
+    ("", "dist.is_initialized()"),
+    ("is_dist = dist.is_initialized()", "is_dist"),
+    ("", "self.is_distributed"),
+])
+def test_a_collective_where_the_process_group_is_not_started_never_hangs(flag, test):
+    source = f"""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    class Saver:
+        def __init__(self, model):
+            self.model = model
+            self.is_distributed = dist.is_initialized()
+        def save(self):
+            if dist.get_rank() != 0:
+                return
+            {flag}
+            if {test}:
+                torch.save(self.model.state_dict(), "a.pt")
+            else:
+                torch.save(self.model.state_dict(), "b.pt")
+    def main():
+        dist.init_process_group("nccl")
+        model = FSDP(Net())
+        saver = Saver(model)
+        saver.save()
+    """
+    # Near miss: the arm where the group is started is reported.
+    assert lines(source) == [12]

@@ -33,6 +33,9 @@ from fsdplint.model.values import Ref
 
 Formula = "Ref | cst.CSTNode | tuple"
 MAX_ATOMS = 10  # past it, two sets of facts are not known to exclude each other (2**10 truths at most)
+# Whether this process is in a process group, whatever name a test asks it by (`dist.is_initialized()`,
+# a flag a constructor stored it in): one atom, so that its facts meet.
+GROUP_STARTED: cst.BaseExpression = cst.parse_expression("torch.distributed.is_initialized()")
 _WRITER = cst.Module([])  # writes out any expression's node, whichever file holds it
 
 

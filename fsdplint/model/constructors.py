@@ -27,6 +27,7 @@ from fsdplint import distributed
 from fsdplint.model.names import CONSTANTS, dotted_name
 from fsdplint.model.ranks import reads_rank
 from fsdplint.model.syntax import integer_literal, literal_default
+from fsdplint.model.conditions import GROUP_STARTED
 from fsdplint.model.values import RANK_NUMBER, Value
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ class Stored:
     parameter: str | None = None
     literal: str | None = None
     varies_with_rank: bool = False
+    group_started: bool = False  # `self.is_distributed = dist.is_initialized()`: the same test wherever read
     # The class (or function) a call in the constructor built the object by (`self.policy = Policy(...)`):
     # which object it is differs between objects, its class does not.
     built_by: str | None = None
@@ -66,6 +68,8 @@ class Stored:
         """What it holds in any object of the class: a literal, or a number that differs between ranks."""
         if self.literal is not None:
             return Value(constant=self.literal)
+        if self.group_started:
+            return Value(run_test=True, formula=GROUP_STARTED)
         return Value(rank_derived=RANK_NUMBER) if self.varies_with_rank else None
 
 
@@ -217,12 +221,12 @@ def _constructor_stores(program: Program, init: FunctionInfo, depth: int) -> tup
         for small in statement.body:
             if type(small) is cst.Assign and len(small.targets) == 1 and (attribute := _self_attribute(small.targets[0].target)):
                 counted.add(id(small))
-                _store(stored, attribute, _held(small.value, params))
+                _store(stored, attribute, _held(small.value, params, init.file))
             elif type(small) is cst.Expr and type(small.value) is cst.Call and depth < 4 \
                     and (base := _base_constructor(program, init, small.value)) is not None:
                 inherited, base_counted = _constructor_stores(program, base, depth + 1)
                 counted |= base_counted | {id(small.value)}
-                for attribute, held in _passed(inherited, base, small.value, params).items():
+                for attribute, held in _passed(inherited, base, small.value, params, init.file).items():
                     _store(stored, attribute, held)
     return stored, counted
 
@@ -235,20 +239,23 @@ def _store(stored: dict[str, Stored], attribute: str, held: Stored | None) -> No
         stored[attribute] = held
 
 
-def _held(value: cst.CSTNode, params: list[str]) -> Stored | None:
-    """What an attribute assigned `value` holds: a parameter, a literal, a call's object, or None (not known)."""
+def _held(value: cst.CSTNode, params: list[str], file: FileModel) -> Stored | None:
+    """What an attribute assigned `value` (written in `file`) holds: a parameter, a literal, whether the
+    process is in a process group, a call's object, or None (not known)."""
     if type(value) is cst.Name and value.value in params:
         return Stored(parameter=value.value)
     if type(value) is cst.Name and value.value in CONSTANTS or type(value) is cst.Integer:
         return Stored(literal=value.value)
     if type(value) is cst.BinaryOperation and reads_rank(value):
         return Stored(varies_with_rank=True)  # `self._local_rank % local_shard_num` (the rank itself is one by its name)
+    if type(value) is cst.Call and file.qualify(value.func) in distributed.PROCESS_GROUP_QUERIES:
+        return Stored(group_started=True)
     if type(value) is cst.Call and (name := dotted_name(value.func)) is not None:
         return Stored(built_by=name)
     return None
 
 
-def _passed(inherited: dict[str, Stored], base: FunctionInfo, call: cst.Call, params: list[str]) -> dict[str, Stored | None]:
+def _passed(inherited: dict[str, Stored], base: FunctionInfo, call: cst.Call, params: list[str], file: FileModel) -> dict[str, Stored | None]:
     """What the base constructor stores, in terms of the calling constructor's parameters (None: not known)."""
     if any(arg.star for arg in call.args):
         return dict.fromkeys(inherited)
@@ -260,7 +267,7 @@ def _passed(inherited: dict[str, Stored], base: FunctionInfo, call: cst.Call, pa
         if held.parameter is None:
             mapped[attribute] = held
         elif held.parameter in given:
-            mapped[attribute] = _held(given[held.parameter], params)
+            mapped[attribute] = _held(given[held.parameter], params, file)
         else:
             default = literal_default(base.node, held.parameter)
             mapped[attribute] = None if default is None else Stored(literal=default)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Iterator
 import libcst as cst
 
 from fsdplint import distributed
-from fsdplint.model.conditions import can_hold
+from fsdplint.model.conditions import GROUP_STARTED, can_hold
 from fsdplint.model.constructors import stored_attributes
 from fsdplint.model.events import (
     CALL,
@@ -472,6 +472,8 @@ class Flow:
         name = self._collective_name(event)
         if name is None or self.type_tested and self._under_type_test(event) or not can_hold(event.facts):
             return None  # a collective where it does not run, or that never runs: no tests around it hold together
+        if event.facts and not can_hold(event.facts + ((GROUP_STARTED, True),)):
+            return None  # it runs only where `dist.is_initialized()` is false: no other process to wait for
         return name
 
     def _collective_name(self, event: Event) -> str | None:

@@ -232,6 +232,8 @@ class Walker:
             compared = _compared(test, self.file, self.subject_of, either_side=True)
             if compared is not None:
                 return compared
+        if kind is cst.Call and self.file.qualify(test.func) in distributed.PROCESS_GROUP_QUERIES:
+            return conditions.GROUP_STARTED
         name = dotted_name(test)
         if name is not None and self.is_variable(name.split(".")[0]):
             bound = self.env.get(name)
@@ -914,7 +916,8 @@ class Walker:
             # change it before a test that comes earlier in the text.
             once = root is not None and self.assigned_once(key)
             constant = value.constant if once and value.constant else None
-            formula = self.formula_of(source) if source is not None and _is_test(source) else None
+            formula = self.formula_of(source) if source is not None and _is_test(source) else \
+                value.formula if value.formula is conditions.GROUP_STARTED else None  # `is_dist = dist.is_initialized()`
             bound = Value(ref=ref, formula=formula, params_of=value.params_of, params_read=value.params_read, iterates=value.iterates, iterates_self=value.iterates_self, elements=value.elements,
                           rank=value.rank, constant=constant, literal=value.constant, rank_test=value.rank_test, visits=value.visits,
                           callees=value.callees, table=value.table, entries=value.entries, built_by=value.built_by, rank_derived=value.rank_derived,
@@ -1230,7 +1233,8 @@ class Walker:
             return value  # an inlined function returned it, `int(rank)`, `dist.get_rank()`, `os.environ.get("RANK")`
         qname = self.file.qualify(node.func)
         if qname in distributed.DISTRIBUTED_RUN_TESTS:
-            return dataclasses.replace(value, run_test=True)
+            # A name bound to `dist.is_initialized()` is that test where an `if` reads it.
+            return dataclasses.replace(value, run_test=True, formula=conditions.GROUP_STARTED if qname in distributed.PROCESS_GROUP_QUERIES else None)
         # `Cluster().get_rank()`: a method of an object, by the method's name.
         method = node.func.attr.value if type(node.func) is cst.Attribute else ""
         name = (qname or dotted_name(node.func) or method).rsplit(".", 1)[-1]
