@@ -811,3 +811,23 @@ def train(data, dtype, policy):
         scaler.update()
 """
     assert [(d.line, d.code) for d in check_source(source, select=["FSDP403"])] == reported
+
+
+def test_a_model_its_trainers_constructor_wraps_is_wrapped_in_the_methods_the_caller_runs():
+    # The common trainer: `__init__` wraps `self.model`; `main` builds the trainer and runs its methods,
+    # which clip locally and save a full state dict on rank 0 alone.
+    assert codes("""
+    class Trainer:
+        def __init__(self, model):
+            self.model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))
+        def step(self, x):
+            self.model(x).sum().backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        def save(self):
+            if dist.get_rank() == 0:
+                torch.save(self.model.state_dict(), "ckpt.pt")
+    def main(model, x):
+        trainer = Trainer(model)
+        trainer.step(x)
+        trainer.save()
+    """, select=["FSDP402", "FSDP203"]) == [(6, "FSDP402"), (9, "FSDP203")]

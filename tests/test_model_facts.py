@@ -3112,3 +3112,25 @@ def test_a_static_or_class_method_called_on_a_class_of_the_file_is_walked(decora
     flow = flow_of(program, "main")
     [forward] = [event for event in flow.events if event.kind is model.CALL_VALUE and event.target.root.startswith("unet")]
     assert (flow.sharding_of(forward.target, forward.index, fsdp=1) is not None) is wrapped
+
+
+@pytest.mark.parametrize("constructor, caller, wrapped", [
+    # The constructor wraps on every path: the object's `model` is wrapped in every method the caller runs.
+    (["self.model = FSDP(model)"], [], True),
+    # ... also in a method only the constructor calls.
+    (["self.setup(model)"], [], True),
+    # Near misses: wrapped in one arm of the constructor only (a may, as a variable joined from arms);
+    # the caller put another module there since.
+    (["if model.cfg:", "    self.model = FSDP(model)", "else:", "    self.model = model"], [], False),
+    (["self.model = FSDP(model)"], ["trainer.model = Net()"], False),
+])
+def test_what_an_objects_constructor_left_sharded_is_sharded_in_the_caller(constructor, caller, wrapped):
+    program = program_of("\n".join([
+        "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP", "class Trainer:", "    def __init__(self, model):",
+        *("        " + line for line in constructor), "    def setup(self, model):", "        self.model = FSDP(model)",
+        "    def step(self):", "        return self.model.parameters()", "def main(model):", "    trainer = Trainer(model)",
+        *("    " + line for line in caller), "    trainer.step()", ""]))
+    flow = flow_of(program, "main")
+    [parameters] = [event for event in flow.events if event.kind is model.METHOD and event.method == "parameters"]
+    assert parameters.target == model.Ref("trainer", ("model",))
+    assert (flow.sharding_of(parameters.target, parameters.index, fsdp=1) is not None) is wrapped

@@ -60,7 +60,8 @@ another element the model does not know is no one object (`Flow.per_pass`). A fu
 Objects: a method is resolved by the class that built its receiver (`Flow.origins`), a classmethod
 factory's included (`Program.class_built_by_call`); a static or class method called on a class of the
 file is walked there. What an object's constructor built into an attribute, by its only assignment, is
-made there (`Flow.made_by_constructor`, in the constructor's flow). A rank test the tests around it
+made there (`Flow.made_by_constructor`, in the constructor's flow); what it sharded on every path is
+sharded in the object's attributes wherever its caller runs its methods (`Flow.sharding_of`). A rank test the tests around it
 decide is no guard there; a walk that read them is copied only where they are the same. Whether the
 process is in a process group (`dist.is_initialized()`, a name or a constructor's attribute bound to it)
 is one atom of the facts (`conditions.GROUP_STARTED`): no collective runs where it is false.

@@ -14,6 +14,7 @@ from fsdplint import distributed
 from fsdplint.model.conditions import GROUP_STARTED, can_hold
 from fsdplint.model.constructors import stored_attributes
 from fsdplint.model.events import (
+    ASSIGN,
     CALL,
     CALL_VALUE,
     METHOD,
@@ -239,7 +240,7 @@ class Flow:
         other methods of the same class shard on `self`, except in `__init__` and the methods only it
         calls, which run before any of them, and where this flow shards the module itself later (it says when).
         """
-        def manages(event: Event) -> bool:
+        def manages(event: Event, ref: Ref = ref) -> bool:
             if how is Managed.WITHIN:
                 return any(ref.is_within(target) for target in event.targets)
             return any(ref.is_one_of(target) or ref.may_be(target) or how is Managed.HOLDS_UNIT and target.is_within(ref) for target in event.targets)
@@ -253,6 +254,8 @@ class Flow:
             # and the clip past `if backend == "fsdp": ...; return` in another method)
             managing = [event for event in self.program.class_shards.get((self.file.module_name, self.function.class_name), ())
                         if manages(event) and not (at and event.excludes(at))]
+        if not managing and ref.path and ref.root != "self" and self.program.class_shards:
+            managing = self._left_by_constructor(ref, before, manages)
         if not managing and ref.root in self.joined:
             # One of the objects the paths gave it: managed where every one of them is (a must, not a may).
             found = [self.sharding_of(one, before, fsdp, how) for one in self.alternatives(ref)]
@@ -260,6 +263,23 @@ class Flow:
         if fsdp is not None and {event.kind for event in managing} != {SHARD if fsdp == 2 else WRAP}:
             return None
         return managing[-1] if managing else None
+
+    def _left_by_constructor(self, ref: Ref, before: int, manages) -> list[Event]:
+        """The shard events that left `ref` (`trainer.model`) sharded when the constructor of its object
+        returned, for an object of a class of the run this flow built (`class_of_object`): those of
+        `Program.class_shards` that run whenever the constructor does (in `__init__` or the methods only
+        it calls, in no arm and under no rank guard: a must, as a variable joined from arms is), on
+        `self` at the attribute's path; none where this flow assigned that attribute before `before`."""
+        found = self.class_of_object(ref.root, before)
+        if found is None:
+            return []
+        if any(event.index < before and any(target.root == ref.root and target.path[:1] == ref.path[:1] for target in event.targets)
+               for event in self.of_kind(ASSIGN)):
+            return []
+        own = Ref("self", ref.path)
+        return [event for event in self.program.class_shards.get((found[0].module_name, found[1].rsplit(".", 1)[-1]), ())
+                if event.function is not None and event.function.runs_at_construction() and not event.arms and not event.rank_guards
+                and manages(event, own)]
 
     def sharded_state(self, value: Value, before: int) -> list[tuple[Ref, Event]]:
         """The modules whose FSDP2-sharded state `value` holds at event `before`, each with its last
