@@ -1139,6 +1139,7 @@ def test_a_full_state_dict_loaded_on_rank_zero_alone(wrap, context, expected):
         dist.barrier()
     """
     assert lines(source) == expected
+    assert all(message.endswith("call it on every rank, each loading the file") for _, message in findings(source))
 
 
 @pytest.mark.parametrize("flag, test", [
