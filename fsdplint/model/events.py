@@ -141,6 +141,12 @@ class Event:
     # each one's expression in the dict. Their values are in `kwargs`.
     spread: Mapping[str, cst.CSTNode] = field(default_factory=lambda: NO_SPREAD)
 
+    @property
+    def unconditional(self) -> bool:
+        """In no arm and under no rank guard: it runs on every rank wherever its flow's body runs on
+        to it (a constructor's `self.model = FSDP(model)` at its top level)."""
+        return not self.arms and not self.rank_guards
+
     def argument_values(self) -> tuple[list[tuple[cst.CSTNode, Value]], dict[str, tuple[cst.CSTNode, Value]]]:
         """A call event's positional arguments and its keyword arguments, each node with its value."""
         positional = [arg.value for arg in self.node.args if arg.keyword is None and not arg.star]

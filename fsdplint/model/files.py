@@ -37,10 +37,15 @@ class FunctionInfo:
         """Some flow in this run calls it (and so inlines it)."""
         return bool(self.callers)
 
+    def decorated_by(self, *names: str) -> bool:
+        """A decorator of the function is one of `names`, by its last name (`staticmethod`,
+        `rank_zero_only` of `@utils.rank_zero_only`)."""
+        return any(decorator_name(decorator) in names for decorator in self.node.decorators)
+
     def returns_its_class(self) -> bool:
         """A classmethod that returns an object of its class wherever it returns (`return cls(...)`, `policy
         if distributed else cls()` where `policy = cls(...)`)."""
-        if "classmethod" not in (decorator_name(d) for d in self.node.decorators) or not self.params:
+        if not self.decorated_by("classmethod") or not self.params:
             return False
         own = self.params[0]
         built = {target.target.value for node in nodes_under(self.node.body, cst.Assign) for target in node.targets

@@ -26,7 +26,7 @@ from fsdplint.model.events import (
 )
 from fsdplint.model.names import BUILTINS
 from fsdplint.model.strategies import shards_nothing
-from fsdplint.model.syntax import decorator_name, holds_statement, isinstance_classes, parts_that_hold, runs_forever, string_value
+from fsdplint.model.syntax import holds_statement, isinstance_classes, parts_that_hold, runs_forever, string_value
 from fsdplint.model.values import RankScope, Ref, Value
 
 if TYPE_CHECKING:
@@ -278,8 +278,7 @@ class Flow:
             return []
         own = Ref("self", ref.path)
         return [event for event in self.program.class_shards.get((found[0].module_name, found[1].rsplit(".", 1)[-1]), ())
-                if event.function is not None and event.function.runs_at_construction() and not event.arms and not event.rank_guards
-                and manages(event, own)]
+                if event.function is not None and event.function.runs_at_construction() and event.unconditional and manages(event, own)]
 
     def sharded_state(self, value: Value, before: int) -> list[tuple[Ref, Event]]:
         """The modules whose FSDP2-sharded state `value` holds at event `before`, each with its last
@@ -415,7 +414,7 @@ class Flow:
         it constructs (`origins`); None where that is not known."""
         function = self.function
         if function is not None and function.class_name is not None and function.params[:1] == [root] \
-                and not any(decorator_name(decorator) in ("staticmethod", "classmethod") for decorator in function.node.decorators):
+                and not function.decorated_by("staticmethod", "classmethod"):
             return function.file, function.owner
         classes = [self.program.class_built_by_call(made.file, made.node.func) if made.kind in (CALL, CALL_VALUE) and type(made.node) is cst.Call else None
                    for made in self.origins(Value(ref=Ref(root)), before)]
@@ -433,11 +432,10 @@ class Flow:
         if found is None:
             return None
         held = stored_attributes(self.program, *found, objects=True)[1].get(ref.path[0])
-        init = self.program.method_of_class(*found, "__init__") if held is not None and held.built_by is not None else None
-        if init is None or not init.params:
+        flow = self.program.constructor_flow(*found) if held is not None and held.built_by is not None else None
+        if flow is None:
             return None
-        flow = self.program.flow_of(init)
-        made = flow.bindings.get(Ref(init.params[0], ref.path), ())
+        made = flow.bindings.get(Ref(flow.function.params[0], ref.path), ())
         return (flow, made[0]) if len(made) == 1 and made[0].index >= 0 else None
 
     def _bindings_before(self, value: Value, before: int) -> list[Event]:

@@ -18,7 +18,7 @@ import libcst as cst
 from fsdplint import distributed
 from fsdplint.model.events import CALL, CALL_VALUE, METHOD, SHARD, WRAP
 from fsdplint.model.names import dotted_name
-from fsdplint.model.syntax import decorator_name, nodes_under
+from fsdplint.model.syntax import nodes_under
 from fsdplint.model.values import Ref
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ def _init_builds_only_layers(program: Program, init: FunctionInfo, layers: bool)
         if qualified is None and (name in _PLAIN_BUILTINS or name in _REGISTERS_TENSORS):
             continue
         own = file.functions.get(f"{qualname}.{name[len('self.'):]}") if qualified is None and name.startswith("self.") else None
-        if own is not None and "staticmethod" in (decorator_name(decorator) for decorator in own.node.decorators):
+        if own is not None and own.decorated_by("staticmethod"):
             continue
         if not (layers and (leaf := program.class_of(file, func)) is not None and _builds_only_layers(program, *leaf, layers=False)):
             return False

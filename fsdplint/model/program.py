@@ -19,7 +19,7 @@ from fsdplint.model.files import FileModel, FunctionInfo, UnparsedFile
 from fsdplint.model.names import dotted_name
 from fsdplint.model.flow import Flow
 from fsdplint.model.summaries import Summary
-from fsdplint.model.syntax import bound_names, declared_global, decorator_name, nodes_under, runs_exec_in_scope, statements_of
+from fsdplint.model.syntax import bound_names, declared_global, nodes_under, runs_exec_in_scope, statements_of
 from fsdplint.model.values import Ref, Value
 from fsdplint.model.walker import CHARACTERS_PER_STEP, PROGRAM_BUDGET, BudgetExhausted, Walker
 
@@ -186,7 +186,7 @@ class Program:
         """Whether a file of the run may define a property `name`: a parsed one does, or the text of one
         not parsed yet has `@property` over a `def` of that name. An attribute read (`policy.enabled`)
         may be one only then."""
-        if any("property" in (decorator_name(decorator) for decorator in function.node.decorators) for function in self._functions_by_name.get(name, ())):
+        if any(function.decorated_by("property") for function in self._functions_by_name.get(name, ())):
             return True
         getter = re.compile(rf"@property\s+(?:@[^\n]*\s+)*def\s+{re.escape(name)}\b")
         return any(getter.search(unparsed.source.text) for unparsed in self._unparsed_by_name.get(name, ()))
@@ -352,6 +352,11 @@ class Program:
         if type(func) is cst.Name and func.value in file.classes:
             return file, func.value
         return self.class_named(file.qualify(func), through_packages)
+
+    def constructor_flow(self, file: FileModel, qualname: str) -> Flow | None:
+        """The flow of the `__init__` objects of the class run (its own or a base's), None without one."""
+        init = self.method_of_class(file, qualname, "__init__")
+        return self.flow_of(init) if init is not None and init.params else None
 
     def class_built_by_call(self, file: FileModel, func: cst.CSTNode, through_packages: bool = False) -> tuple[FileModel, str] | None:
         """The class of this run whose object a call of `func` written in `file` builds: the class it

@@ -59,7 +59,6 @@ from fsdplint.model.ranks import (
 )
 from fsdplint.model.syntax import (
     LITERAL_COLLECTIONS,
-    decorator_name,
     else_arm_exits,
     environment_variable,
     exits_block,
@@ -185,7 +184,7 @@ class Walker:
         # A decorated method's receiver at the decorated call, with what its `self.x` hold there.
         self.forwarded_receiver: tuple[Value, dict[str, Value]] | None = None
         self.forwarded_to: FunctionInfo | None = None
-        if function is not None and any(decorator_name(d) in distributed.MAIN_PROCESS_DECORATORS for d in function.node.decorators):
+        if function is not None and function.decorated_by(*distributed.MAIN_PROCESS_DECORATORS):
             self.rank_guards += (RankGuard(function.node, GUARD_DECORATED, file, chain),)
         # Functions a test replaces with mocks (`@patch("pkg.mod.shard")`): calls of them run no code of the run.
         self.patched: frozenset[str] = frozenset(patched_names(function.node, file)) if function is not None and depth == 0 else frozenset()
@@ -259,7 +258,7 @@ class Walker:
         """The test property `name` of class `found` returns, of the object `owner` names (see `owned_test`)."""
         file, qualname = found
         getter = file.functions.get(f"{qualname}.{name}")
-        if getter is None or getter.params != ["self"] or "property" not in (decorator_name(d) for d in getter.node.decorators):
+        if getter is None or getter.params != ["self"] or not getter.decorated_by("property"):
             return None
         body = [statement for statement in statements_of(getter.node.body)
                 if not (type(statement) is cst.SimpleStatementLine and type(statement.body[0]) is cst.Expr and type(statement.body[0].value) is cst.SimpleString)]
@@ -1524,8 +1523,7 @@ class Walker:
             return self.method_built_by(self.construction(receiver, written_call=type(func.value) is cst.Call), func.attr.value)
         if type(func.value) is cst.Name and func.value.value in self.file.classes and not self.is_variable(func.value.value):
             method = self.file.functions.get(f"{func.value.value}.{func.attr.value}")
-            kinds = {decorator_name(decorator) for decorator in method.node.decorators} if method is not None else set()
-            return method if kinds & {"staticmethod", "classmethod"} else None
+            return method if method is not None and method.decorated_by("staticmethod", "classmethod") else None
         self.flow.consulted.append(receiver.ref.root)
         return self.method_of_object(receiver, len(self.flow.events), func.attr.value)
 
@@ -1862,8 +1860,6 @@ def _compared(test: cst.Comparison, file: FileModel, subject_of: Callable[[cst.C
             symbol = _ORDER_SYMBOLS[operator]
             return ("cmp", named, (_FLIPPED[symbol] if flipped else symbol, number))
     return None
-
-
 
 
 def _all_of(*formulas: tuple) -> tuple:
