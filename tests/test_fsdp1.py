@@ -831,3 +831,22 @@ def test_a_model_its_trainers_constructor_wraps_is_wrapped_in_the_methods_the_ca
         trainer.step(x)
         trainer.save()
     """, select=["FSDP402", "FSDP203"]) == [(6, "FSDP402"), (9, "FSDP203")]
+
+
+@pytest.mark.parametrize("test, expected", [
+    # carbonscott/maxie and exp-peaknet: torch's local clip only where the run is not distributed (no
+    # wrap: it runs `if uses_dist:`) or the strategy is NO_SHARD; FSDP1's own clip otherwise.
+    ("(not uses_dist) or strategy == ShardingStrategy.NO_SHARD", []),
+    # Near miss: a test that says nothing of the strategy.
+    ("(not uses_dist) or grad_clip > 1", [(6, "FSDP402")]),
+])
+def test_a_local_clip_where_the_tests_around_it_and_the_wrap_say_no_shard(test, expected):
+    assert codes(f"""
+    def main(uses_dist, strategy, grad_clip, x):
+        model = Net()
+        if uses_dist:
+            model = FSDP(model, sharding_strategy=strategy, auto_wrap_policy=ModuleWrapPolicy({{Block}}))
+        model(x).sum().backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip) \\
+            if {test} else model.clip_grad_norm_(grad_clip)
+    """, select=["FSDP402"]) == expected
