@@ -3134,3 +3134,35 @@ def test_what_an_objects_constructor_left_sharded_is_sharded_in_the_caller(const
     [parameters] = [event for event in flow.events if event.kind is model.METHOD and event.method == "parameters"]
     assert parameters.target == model.Ref("trainer", ("model",))
     assert (flow.sharding_of(parameters.target, parameters.index, fsdp=1) is not None) is wrapped
+
+
+@pytest.mark.parametrize("call, walked", [
+    ("init_logger(uses_dist, rank, device)", True),
+    ("init_logger(uses_dist, dist_rank=rank, device=device, level='info')", True),
+    # carbonscott/maxie's example: a call its function's signature refuses raises TypeError before
+    # the body runs (an unknown keyword, required parameters left out; too many positional arguments).
+    ("init_logger(fl_prefix=prefix, returns_timestamp=True)", False),
+    ("init_logger(uses_dist, rank)", False),
+    ("init_logger(uses_dist, rank, device, 'info', 'both', 'x')", False),
+    # Near misses: a `**` argument may give what is missing; a decorated function may take other
+    # arguments than its own (`@hydra.main(...) def main(cfg)`, called `main()`).
+    ("init_logger(**options)", True),
+    ("decorated()", True),
+])
+def test_a_call_its_functions_signature_refuses_is_not_walked(call, walked):
+    program = program_of(f"""
+    import torch.distributed as dist
+
+    def init_logger(uses_dist, dist_rank, device, level="info", *, log_to="both"):
+        if uses_dist:
+            dist.broadcast_object_list([None], src=0, device=device)
+
+    @hydra.main(config_path="conf")
+    def decorated(cfg):
+        init_logger(cfg.uses_dist, 0, "cuda")
+
+    def main(uses_dist, rank, device, prefix, options):
+        {call}
+    """)
+    flow = flow_of(program, "main")
+    assert any(event.kind is model.ENTER for event in flow.events) is walked

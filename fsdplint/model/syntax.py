@@ -418,3 +418,22 @@ def nodes_under(node: cst.CSTNode, kind: type[cst.CSTNode]) -> Iterator[cst.CSTN
 def reads_name(node: cst.CSTNode, name: str) -> bool:
     """Whether the code under `node` mentions the name `name` (a policy function that reads `recurse`)."""
     return any(found.value == name for found in nodes_under(node, cst.Name))
+
+
+def arguments_fit(function: cst.FunctionDef, call: cst.Call) -> bool:
+    """The call's arguments bind to the function's parameters: no more positional arguments than it
+    takes, no keyword it does not take, no parameter without a default left out. Where they do not, the
+    call raises TypeError before the body runs (carbonscott/maxie's example scripts call an
+    `init_logger` whose signature changed). True where a `*` or `**` argument hides what is given."""
+    if any(arg.star for arg in call.args):
+        return True
+    params = function.params
+    positional = [*params.posonly_params, *params.params]
+    given = sum(arg.keyword is None for arg in call.args)
+    keywords = {arg.keyword.value for arg in call.args if arg.keyword is not None}
+    if given > len(positional) and not isinstance(params.star_arg, cst.Param):
+        return False
+    if not isinstance(params.star_kwarg, cst.Param) and keywords - {param.name.value for param in (*params.params, *params.kwonly_params)}:
+        return False
+    filled = {param.name.value for param in positional[:given]} | keywords
+    return all(param.default is not None or param.name.value in filled for param in (*positional, *params.kwonly_params))

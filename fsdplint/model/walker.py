@@ -59,6 +59,7 @@ from fsdplint.model.ranks import (
 )
 from fsdplint.model.syntax import (
     LITERAL_COLLECTIONS,
+    arguments_fit,
     else_arm_exits,
     environment_variable,
     exits_block,
@@ -1598,6 +1599,10 @@ class Walker:
         return None
 
     def inline(self, callee: FunctionInfo, node: cst.Call, args: tuple[Value, ...], kwargs: Mapping[str, Value], receiver: Value, statement: cst.CSTNode, parents: tuple) -> Value:
+        if callee.class_name is None and not callee.node.decorators and not arguments_fit(callee.node, node):
+            # A call its function's signature refuses raises TypeError: the body never runs from here. (A
+            # decorator may take other arguments: `@hydra.main(...) def main(cfg)` is called as `main()`.)
+            return Value(event=self.emit(CALL, node, statement=statement, parents=parents, qname=callee.qualname, args=args, kwargs=kwargs))
         callee.callers[id(self.function.node) if self.function else id(self.file)] = self.function
         self.flow.attempted.append((id(callee.node), self.depth))
         if self.depth >= _MAX_INLINE_DEPTH or id(callee.node) in self.stack or callee.name in self.patched or self.raising:
