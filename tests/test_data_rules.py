@@ -314,3 +314,27 @@ def test_a_sampler_built_only_where_a_rank_the_callers_leave_at_minus_one_is_giv
     """
     assert lines(source.format(rank=""), "FSDP311") == []
     assert lines(source.format(rank=", rank=dist.get_rank()"), "FSDP311") == [7]
+
+
+@pytest.mark.parametrize("cuda_kwargs, expected", [
+    ('{"num_workers": 2, "pin_memory": True}', [12]),  # what the dict takes in is known: the sampler stays in it
+    ("settings.loader_kwargs", []),  # near miss: a dict the model does not know may replace the sampler
+])
+def test_a_sampler_given_through_a_dict_updated_before_the_loader(cuda_kwargs, expected):
+    """PyTorch's FSDP example: `train_kwargs = {"sampler": sampler1}; train_kwargs.update(cuda_kwargs);
+    DataLoader(dataset1, **train_kwargs)`, iterated in an epoch loop without `set_epoch`."""
+    source = f"""
+    def train(model, loader):
+        for x in loader:
+            model(x).sum().backward()
+
+    def main(model, dataset, settings):
+        sampler = DistributedSampler(dataset, rank=dist.get_rank(), shuffle=True)
+        train_kwargs = {{"batch_size": 8, "sampler": sampler}}
+        cuda_kwargs = {cuda_kwargs}
+        train_kwargs.update(cuda_kwargs)
+        loader = DataLoader(dataset, **train_kwargs)
+        for epoch in range(10):
+            train(model, loader)
+    """
+    assert lines(source, "FSDP311") == expected

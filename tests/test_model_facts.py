@@ -1556,8 +1556,9 @@ def test_a_string_built_from_the_rank_by_any_spelling_is_formatted_from_it():
 def test_a_library_call_takes_the_keywords_of_a_dict_written_out():
     """karlstratos/minGPU: `shared_fsdp_kwargs = dict(device_id=rank, ...)`, then `FSDP(model,
     **shared_fsdp_kwargs)`: the wrap is given `device_id`, written in the dict (where a rule reports
-    it and a fix edits it); a keyword of the call itself wins. Near misses: the dict changed before
-    the call, and a dict the model does not know."""
+    it and a fix edits it); a keyword of the call itself wins; an entry assigned before the call
+    (`changed["device_id"] = local_rank`) is given as assigned there. Near miss: a dict the model
+    does not know."""
     program = program_of("""
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
@@ -1574,9 +1575,10 @@ def test_a_library_call_takes_the_keywords_of_a_dict_written_out():
     main = flow_of(program, "main")
     wraps = list(main.of_kind(model.WRAP))
     given = [wrap.argument(None, "device_id") for wrap in wraps]
-    assert [type(node).__name__ if node is not None else None for node, _ in filter(None, given)] == ["Name", "Name"]
-    assert [found is not None for found in given] == [True, True, False, False]
+    assert [type(node).__name__ if node is not None else None for node, _ in filter(None, given)] == ["Name", "Name", "Name"]
+    assert [found is not None for found in given] == [True, True, True, False]
     file = wraps[0].file
+    assert file.code(given[2][0]) == "local_rank" and file.position(given[2][0]).start.line == file.position(wraps[2].node).start.line - 1
     assert file.code(given[0][0]) == "rank" and file.position(given[0][0]).start.line == file.position(wraps[0].node).start.line - 1
     assert wraps[1].argument(None, "sync_module_states")[1].constant == "False"  # the call's own, written there
     assert wraps[1].file.code(wraps[1].argument(None, "sync_module_states")[0]) == "False"
@@ -1584,10 +1586,12 @@ def test_a_library_call_takes_the_keywords_of_a_dict_written_out():
 
 def test_a_dict_written_out_passes_its_entries_as_keywords():
     """tiny-grpo: `training_config = {"num_iterations": 1, ...}; train(loader, **training_config)`. The
-    parameter holds 1, and a parameter not in the dict keeps its default. Near misses: a dict changed
-    after it was written (`d[k] = v`, `d.update(...)`, handed to a function), also on one path only
-    (`if resume: d[k] = v`, where the last path walked is the one that left it as written), and
-    `**kwargs` the model does not know, where no default is trusted either."""
+    parameter holds 1, and a parameter not in the dict keeps its default. A dict given entries the
+    model reads (`d["k"] = v`, `d.update({...}, k=v)`, through another name: PyTorch's FSDP example's
+    `train_kwargs.update(cuda_kwargs)`) holds them. Near misses: a dict changed in ways the model cannot
+    read (`d.update(other)`, `d[key] = v`, handed to a function), also on one path only (`if resume:
+    d[k] = v`, where the last path walked is the one that left it as written; in a loop that may not
+    run), and `**kwargs` the model does not know, where no default is trusted either."""
     program = program_of("""
     def train(num_iterations, shuffle=True):
         range(num_iterations)
@@ -1603,7 +1607,22 @@ def test_a_dict_written_out_passes_its_entries_as_keywords():
         train(**config)
     def updated():
         config = {"num_iterations": 1}
+        cuda_config = {"shuffle": False}
+        alias = config
+        alias.update(cuda_config, num_iterations=2)
+        train(**config)
+    def updated_unknown():
+        config = {"num_iterations": 1}
         config.update(other)
+        train(**config)
+    def assigned_unknown(key):
+        config = {"num_iterations": 1}
+        config[key] = 5
+        train(**config)
+    def in_loop(epochs):
+        config = {"num_iterations": 1}
+        for epoch in range(epochs):
+            config["num_iterations"] = 5
         train(**config)
     def on_one_path(resume):
         config = {"num_iterations": 1}
@@ -1626,7 +1645,9 @@ def test_a_dict_written_out_passes_its_entries_as_keywords():
         return [event.args[0].constant for event in flow_of(program, name).events
                 if type(event.node) is cst.Call and model.dotted_name(event.node.func) in ("range", "log")]
     assert given("literal") == ["1", "True"] and given("called") == ["1", "False"] and given("read") == ["1", "True"]
-    assert given("assigned") == given("updated") == given("on_one_path") == given("handed") == given("unknown") == [None, None]
+    assert given("assigned") == ["5", "True"] and given("updated") == ["2", "False"]
+    assert given("updated_unknown") == given("assigned_unknown") == given("on_one_path") == given("handed") == given("unknown") == [None, None]
+    assert given("in_loop")[-2:] == [None, None]
 
 
 def test_a_torch_dtype_is_known_through_names_tables_and_tests():

@@ -881,7 +881,10 @@ class Walker:
                 self.bind(element, value if last and (value.ref or value.params_of) else Value(), statement, parents, source)
             return
         if type(target) is cst.Subscript:
-            self.forget_entries(target.value)  # `config["lr"] = 1e-4`: the dict is no longer what was written
+            # `config["lr"] = 1e-4`: the dict holds that entry now; under a key the model cannot read, it is
+            # no longer what was written.
+            key = _string_key(target)
+            self.update_entries(target.value, ((key, value, source),) if key is not None and source is not None else None)
         if type(target) in (cst.Attribute, cst.Subscript) and statement is not None:
             assigned = self.ref_of(target)
             if assigned is not None:  # `model.tok_embeddings = new`: a sub-module replaced
@@ -941,13 +944,24 @@ class Walker:
     def forget_entries(self, node: cst.CSTNode) -> None:
         """The dict a name or attribute holds may have changed: its entries are no longer known, under
         any name that holds it."""
+        self.update_entries(node, None)
+
+    def update_entries(self, node: cst.CSTNode, added: tuple | None) -> None:
+        """The dict a name or attribute holds took in `added` (`config.update(cuda_kwargs)`), under any
+        name that holds it: a key it held keeps its place with the new value, a new key comes last, as
+        Python's dict does. Where what it took is not known (None), its entries are not either."""
         key = dotted_name(node)
         held = self.env.get(key) if key is not None else None
         if held is None or held.entries is None or held.ref is None:
             return
+        entries = None
+        if added is not None:
+            merged = {entry[0]: entry for entry in held.entries}
+            merged.update((entry[0], entry) for entry in added)
+            entries = tuple(merged.values())
         for name, value in list(self.env.items()):
             if value.entries is not None and value.ref is not None and value.ref.root == held.ref.root:
-                self.env[name] = replace(value, entries=None)
+                self.env[name] = replace(value, entries=entries)
 
     def rebinds(self, name: str, source: cst.CSTNode | None) -> bool:
         """Whether binding `name` makes a new object of it: it was bound before (or is a parameter) and
@@ -1372,8 +1386,10 @@ class Walker:
             if method in _COLLECTS and not receiver.ref.path:
                 # `modules.append(module)` in a loop over `model.named_modules()`: the list's elements come from `model`.
                 self.flow.write(Write.DERIVED_MORE, receiver.ref.root, set().union(*(self.roots_read(arg.value) for arg in node.args)))
-            if method not in _READS_A_DICT:
-                self.forget_entries(func.value)  # `config.update(...)`, `config.pop(...)`
+            if method == "update":
+                self.update_entries(func.value, _entries_given(node, args, kwargs))  # `train_kwargs.update(cuda_kwargs)`
+            elif method not in _READS_A_DICT:
+                self.forget_entries(func.value)  # `config.pop(...)`
             if method in _PARAMETER_METHODS:
                 return Value(params_of=frozenset({receiver.ref}), event=event)
             if method in _ITERATES_SUBMODULES:
@@ -1835,6 +1851,24 @@ def _visits_through(wrapper: str, args: tuple[Value, ...]) -> tuple[Value, ...] 
     if wrapper == "zip":
         return tuple(Value(elements=values) for values in zip(*known))
     return None  # `sorted`, `filter`: which, in which order, is not known
+
+
+def _string_key(target: cst.Subscript) -> str | None:
+    """`"lr"` of `config["lr"]`: the one key a subscript names by a string literal, else None."""
+    [element] = target.slice if len(target.slice) == 1 else (None,)
+    index = element.slice if element is not None else None
+    if type(index) is cst.Index and type(index.value) is cst.SimpleString and isinstance(key := string_value(index.value), str):
+        return key
+    return None
+
+
+def _entries_given(node: cst.Call, args: tuple[Value, ...], kwargs: Mapping[str, Value]) -> tuple | None:
+    """What `d.update(...)` puts in `d`, as entries: a dict the model knows the entries of, then the
+    keywords; None where any of it is unknown (`d.update(other)`, `d.update(**extra)`)."""
+    if any(arg.star for arg in node.args) or len(args) > 1 or args and args[0].entries is None:
+        return None
+    keywords = tuple((arg.keyword.value, kwargs[arg.keyword.value], arg.value) for arg in node.args if arg.keyword is not None)
+    return (args[0].entries if args else ()) + keywords
 
 
 def _constructs(event: Event | None) -> bool:
