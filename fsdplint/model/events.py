@@ -147,6 +147,13 @@ class Event:
         to it (a constructor's `self.model = FSDP(model)` at its top level)."""
         return not self.arms and not self.rank_guards
 
+    def may_construct(self) -> bool:
+        """A call that may build an object (`Trainer(...)`, `nn.Linear(4, 4)`, a method of a bare name,
+        which a classmethod of a class of the file is: `GPT.from_pretrained(...)`), not a method of an
+        object's attribute."""
+        return type(self.node) is cst.Call and (
+            self.kind in (CALL, CALL_VALUE) or self.kind == METHOD and len(self.targets) == 1 and not self.targets[0].path)
+
     def argument_values(self) -> tuple[list[tuple[cst.CSTNode, Value]], dict[str, tuple[cst.CSTNode, Value]]]:
         """A call event's positional arguments and its keyword arguments, each node with its value."""
         positional = [arg.value for arg in self.node.args if arg.keyword is None and not arg.star]

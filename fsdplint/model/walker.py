@@ -753,7 +753,7 @@ class Walker:
         else:
             self.flow.consulted.append(receiver.ref.root)
             built_by = self.flow.origin(receiver, len(self.flow.events))
-        return built_by if _constructs(built_by) else None
+        return built_by if built_by is not None and built_by.may_construct() else None
 
     def global_rank(self, node: cst.Name) -> Rank | None:
         """A name a function reads as a global of its module (neither it nor a function around it binds
@@ -1554,16 +1554,10 @@ class Walker:
     def method_built_by(self, built_by: Event | None, method: str) -> FunctionInfo | None:
         """The method of the class whose constructor call (or factory classmethod's) `built_by` is (or of
         the one class of the run by that name that defines it)."""
-        if not _constructs(built_by):
-            return None
-        target = built_by.targets[0] if built_by.kind == CALL_VALUE and len(built_by.targets) == 1 else None
-        if target is not None and not target.path and target.root in built_by.file.classes:
-            found = built_by.file, target.root  # `cls(cfg)` in a classmethod the walk called on a class of the file
-        else:
-            found = self.flow.program.class_built_by_call(built_by.file, built_by.node.func)
+        found = self.flow.program.class_built_by(built_by)
         if found is not None:
             return self.flow.program.method_of_class(*found, method)
-        if built_by.kind == METHOD:
+        if built_by is None or not built_by.may_construct() or built_by.kind == METHOD:
             return None  # a method of a bare name builds an object of a class only as its factory
         candidates = self.flow.program.methods_named((dotted_name(built_by.node.func) or "").rsplit(".", 1)[-1], method)
         return candidates[0] if len(candidates) == 1 else None
@@ -1869,14 +1863,6 @@ def _entries_given(node: cst.Call, args: tuple[Value, ...], kwargs: Mapping[str,
         return None
     keywords = tuple((arg.keyword.value, kwargs[arg.keyword.value], arg.value) for arg in node.args if arg.keyword is not None)
     return (args[0].entries if args else ()) + keywords
-
-
-def _constructs(event: Event | None) -> bool:
-    """The event is a call that may build an object (`Trainer(...)`, `nn.Linear(4, 4)`, a method of a bare
-    name, which a classmethod of a class of the file is: `GPT.from_pretrained(...)`), not a method of an
-    object's attribute."""
-    return event is not None and type(event.node) is cst.Call and (
-        event.kind in (CALL, CALL_VALUE) or event.kind == METHOD and len(event.targets) == 1 and not event.targets[0].path)
 
 
 _OBJECT = Ref("\x00object")  # the object a class's constructor facts are of, before a caller names it
