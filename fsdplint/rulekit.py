@@ -297,6 +297,15 @@ def backward_sources(flow: Flow, event: Event) -> set[str] | None:
     return {loss.root} | flow.computed_from(loss.root) if loss is not None else None
 
 
+def starts_one_process(event: Event) -> bool:
+    """`init_process_group(..., world_size=1)`: a process group of one process, where no other rank
+    trains, waits or takes a GPU."""
+    if event.qname != distributed.INIT_PROCESS_GROUP:
+        return False
+    world_size = event.argument(3, "world_size")  # init_process_group(backend, init_method, timeout, world_size, ...)
+    return world_size is not None and world_size[1].constant == "1"
+
+
 def process_group_backend(event: Event) -> str | None:
     """The backend an `init_process_group` call names as a string the model knows (`"nccl"`,
     `"cpu:gloo,cuda:nccl"`, a name assigned one); None when it names none or computes it."""

@@ -64,7 +64,7 @@ class NoDevicePerProcess(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL, GLOBAL_RANK, LOCAL_RANK, METHOD, SET_ENV
-        from fsdplint.rulekit import process_group_backend, script_flows
+        from fsdplint.rulekit import process_group_backend, script_flows, starts_one_process
 
         for flow in script_flows(program):
             if flow.file.is_test:
@@ -72,8 +72,9 @@ class NoDevicePerProcess(Rule):
             if flow.asserted_ranks & {GLOBAL_RANK, LOCAL_RANK} or any(setting.variable == "CUDA_VISIBLE_DEVICES" for setting in flow.of_kind(SET_ENV)):
                 continue  # one process per node (`assert local_rank == 0`), or each process sees its own GPU
             events = list(flow.of_kind(CALL, METHOD))
+            # A group of one process (`world_size=1`) runs on GPU 0, its own.
             inits = [event for event in events if event.qname == "torch.distributed.init_process_group"
-                     and "nccl" in (process_group_backend(event) or "") and not _single_process(event)]
+                     and "nccl" in (process_group_backend(event) or "") and not starts_one_process(event)]
             if not inits:
                 continue
             choices = [event for event in events if _chooses_device(event)]
@@ -141,13 +142,6 @@ def _constructor_may_choose_device(program, file, qualname) -> bool:
         return False
     constructor = program.flow_of(init)
     return constructor.exhausted or any(_chooses_device(event) for event in constructor.of_kind(CALL, METHOD))
-
-
-def _single_process(event) -> bool:
-    """`world_size=1`: one process, and GPU 0 is its GPU."""
-
-    world_size = event.argument(3, "world_size")  # init_process_group(backend, init_method, timeout, world_size, ...)
-    return world_size is not None and getattr(world_size[0], "value", None) == "1"
 
 
 def _chooses_device(event) -> bool:

@@ -30,8 +30,9 @@ class DataNotSplitAcrossRanks(Rule):
     trainer's `fit`), a shuffling loader's random numbers are not seeded alike on every rank (seeded
     from the rank, or never seeded: each process then starts from a seed of its own), or the loader
     is only evaluated (a loop with no `backward()`, where every rank evaluating everything is
-    redundant, not wrong), or the training runs in a test module (`test_*.py`), where parity tests
-    feed every rank the same batches on purpose. It is a warning: a dataset may be split by means
+    redundant, not wrong), the training runs in a test module (`test_*.py`), where parity tests
+    feed every rank the same batches on purpose, or the script starts a process group of one
+    process (`init_process_group(..., world_size=1)`), where no other rank trains. It is a warning: a dataset may be split by means
     it cannot see.
 
     ## Example
@@ -79,7 +80,8 @@ class DataNotSplitAcrossRanks(Rule):
                         yield finding
 
     def _finding(self, program, flow, loader) -> Finding | None:
-        from fsdplint.rulekit import at, handed_over, is_backward, rebound, where
+        from fsdplint.model import CALL
+        from fsdplint.rulekit import at, handed_over, is_backward, rebound, starts_one_process, where
 
         if any(arg.star for arg in loader.node.args) or loader.argument(3, "sampler") or loader.argument(4, "batch_sampler") \
                 or "generator" in loader.kwargs or _per_process(loader):
@@ -96,8 +98,8 @@ class DataNotSplitAcrossRanks(Rule):
         if training is None:
             return None
         model = _distributed_model(flow, training)
-        if model is None:
-            return None
+        if model is None or any(starts_one_process(event) for event in flow.of_kind(CALL)):
+            return None  # not distributed, or in a group of one process: no other rank trains on the same batches
         roots = {ref.root for ref in (made.binding, loader.binding, given[1].ref) if ref is not None}
         between = flow.events[made.index + 1:training.end]
         if handed_over(between, roots) or rebound(between, loader) or any(_configures(event, roots) for event in between):

@@ -338,3 +338,25 @@ def test_a_sampler_given_through_a_dict_updated_before_the_loader(cuda_kwargs, e
             train(model, loader)
     """
     assert lines(source, "FSDP311") == expected
+
+
+@pytest.mark.parametrize("world_size, expected", [
+    ("1", []),  # a group of one process: no other rank trains on the same batches
+    ("size", []),  # ... through a name that only ever holds 1
+    ("2", [7]),  # near miss: two processes, each on all the data
+    ("int(os.environ['WORLD_SIZE'])", [7]),  # near miss: the launcher's count
+])
+def test_a_process_group_of_one_process_splits_nothing(world_size, expected):
+    """saissd/Distributed-ML-Training-Inference-Optimization: `init_process_group(..., rank=0,
+    world_size=1)`, then the FSDP1 wrap and a loader with no sampler."""
+    source = f"""
+    import os
+    def train(model, data):
+        size = 1
+        dist.init_process_group("gloo", rank=0, world_size={world_size})
+        model = DDP(model)
+        loader = DataLoader(TensorDataset(data), batch_size=8)
+        for x in loader:
+            model(x).sum().backward()
+    """
+    assert lines(source, "FSDP310") == expected
