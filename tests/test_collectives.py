@@ -1173,3 +1173,30 @@ def test_a_collective_where_the_process_group_is_not_started_never_hangs(flag, t
     """
     # Near miss: the arm where the group is started is reported.
     assert lines(source) == [12]
+
+
+@pytest.mark.parametrize("else_rank, expected", [
+    ("args.local_rank", [15]),  # a rank on every path: which one, the path says, but either test leaves ranks out
+    ("args.device_index", []),  # near miss: a value the model knows nothing of on one path
+])
+def test_a_guard_on_a_rank_read_two_ways_on_two_paths(else_rank, expected):
+    """DNALongBench's fsdp_training2.py: `local_rank = init_distributed()` (LOCAL_RANK), or
+    `args.local_rank` where it was given, then FSDP1's full state dict gathered under `if local_rank == 0:`
+    in a helper (whose own flow does not know the model is wrapped)."""
+    source = f"""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType
+
+    def main(args, model):
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        if args.local_rank != -1:
+            local_rank = {else_rank}
+        model = FSDP(model, device_id=local_rank)
+        save(model, local_rank)
+
+    def save(model, local_rank):
+        if local_rank == 0:
+            with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT):
+                torch.save(model.state_dict(), "model.pt")
+    """
+    assert lines(source) == expected

@@ -2395,6 +2395,35 @@ def test_a_rank_returned_local_on_one_path_and_global_on_another_is_some_rank():
     assert scopes == [model.SOME_RANK, model.GLOBAL_RANK]
 
 
+def test_a_variable_bound_to_ranks_of_two_scopes_on_two_paths_is_some_rank():
+    """DNALongBench's `local_rank = init_distributed()` (LOCAL_RANK), else `local_rank =
+    args.local_rank` (an attribute named a rank): a rank on every path, which one depends on the path,
+    as for a function's returns. Near misses: the same scope on both paths, and a rank on one path
+    with a value of unknown meaning on the other (nothing is known of it)."""
+    program = program_of("""
+    import os
+    import torch
+    import torch.distributed as dist
+
+    def main(args, other):
+        local_rank = int(os.environ["LOCAL_RANK"])
+        if args.local_rank != -1:
+            local_rank = args.local_rank
+        torch.cuda.set_device(local_rank)
+        global_rank = dist.get_rank()
+        if args.rank_given:
+            global_rank = int(os.environ["RANK"])
+        torch.cuda.set_device(global_rank)
+        either = dist.get_rank()
+        if other:
+            either = other.index
+        torch.cuda.set_device(either)
+    """)
+    main = flow_of(program, "main")
+    ranks = [event.args[0].rank for event in main.events if event.qname == "torch.cuda.set_device"]
+    assert [rank.scope if rank else None for rank in ranks] == [model.SOME_RANK, model.GLOBAL_RANK, None]
+
+
 def test_flags_are_read_as_what_they_were_computed_from():
     """karlstratos/minGPU: `is_ddp = is_distributed and args.dist == "ddp"`, `is_fsdp = is_distributed and
     args.dist == "fsdp"`: the wrap under `if is_fsdp:` and the state dict under `if (not is_distributed)

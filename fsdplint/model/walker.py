@@ -447,6 +447,13 @@ class Walker:
                 # The rank on one path and a literal on the other (`rank = 0` where there is no process
                 # group): where the value differs between ranks, it is the rank.
                 ranks.discard(None)
+            if len(ranks) > 1 and None not in ranks and len({rank.formatted for rank in ranks}) == 1:
+                # A rank on every path, read in different ways (`dist.get_rank()`, else `RANK`), of the
+                # same scope or of another on some (DNALongBench's `local_rank = init_distributed()`, else
+                # `local_rank = args.local_rank`): a rank, whose scope is that one, or depends on the
+                # path, as for a function's returns (`_returned_on_either_path`).
+                scopes = {rank.scope for rank in ranks}
+                ranks = {Rank(scopes.pop() if len(scopes) == 1 else SOME_RANK, formatted=next(iter(ranks)).formatted)}
             # The world size on one path and a literal on the other (`world_size = 1` where there is no
             # process group), as for the rank: where it differs from the literal, it is the world size.
             world_size = any(value.world_size for value in values) and all(value.world_size or value.literal for value in values)
