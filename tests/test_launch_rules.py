@@ -1019,3 +1019,23 @@ def test_device_context_as_statement_in_a_setup_another_file_calls(tmp_path, eng
     """))
     found = [(Path(d.path).name, d.line, d.severity) for d in check_paths([tmp_path], select=["FSDP305"])]
     assert found == [("torch_utils.py", 8, "warning" if len(engine) == 3 else "error")]
+
+
+@pytest.mark.parametrize("device, expected", [
+    ('int(os.environ["RANK"]) if dist.is_initialized() else 0', [(7, "FSDP302")]),
+    ('int(os.environ["LOCAL_RANK"]) if dist.is_initialized() else 0', []),  # near miss: the local rank
+    ("int(os.environ['RANK']) if dist.is_initialized() else args.gpu", []),  # near miss: a value of unknown meaning
+])
+def test_a_rank_or_a_literal_chosen_by_a_test(device, expected):
+    """AlignmentResearch/tuned-lens's rank: the global rank where there is a group, else 0 (one process),
+    used as a device index."""
+    source = f"""
+    import os
+    import torch
+    import torch.distributed as dist
+    def main(args):
+        dist.init_process_group("nccl")
+        torch.cuda.set_device({device})
+        dist.destroy_process_group()
+    """
+    assert [found for found in codes(source) if found[1] == "FSDP302"] == expected

@@ -3216,3 +3216,25 @@ def test_a_call_its_functions_signature_refuses_is_not_walked(call, walked):
     """)
     flow = flow_of(program, "main")
     assert any(event.kind is model.ENTER for event in flow.events) is walked
+
+
+
+def test_a_rank_or_a_literal_chosen_by_a_test_is_the_rank():
+    """AlignmentResearch/tuned-lens's `int(os.environ["RANK"]) if dist.is_initialized() else 0`:
+    where the value differs between ranks, it is the rank, as a variable bound to the rank on one
+    path and to a literal on the other is. Near misses: a value the model knows nothing of on one
+    side, and ranks of two scopes (a rank of some scope, as where paths join)."""
+    program = program_of("""
+    import os
+    import torch
+    import torch.distributed as dist
+
+    def main(other):
+        torch.cuda.set_device(int(os.environ["RANK"]) if dist.is_initialized() else 0)
+        torch.cuda.set_device(0 if other else int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(dist.get_rank() if other else other.index)
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) if other else dist.get_rank())
+    """)
+    main = flow_of(program, "main")
+    ranks = [event.args[0].rank for event in main.events if event.qname == "torch.cuda.set_device"]
+    assert [rank.scope if rank else None for rank in ranks] == [model.GLOBAL_RANK, model.LOCAL_RANK, None, model.SOME_RANK]

@@ -437,23 +437,12 @@ class Walker:
             if all(value is values[0] for value in values):
                 joined[key] = values[0]
                 continue
-            ranks, tests = {value.rank for value in values}, {value.rank_test for value in values}
+            rank, tests = _rank_of_either(values), {value.rank_test for value in values}
             if len(tests) == 2 and None in tests and all(value.rank_test or value.literal for value in values):
                 # A flag set from the rank on one path and a literal on the other (`serve = True; if
                 # dist.is_initialized(): if rank > 0: serve = False`): the literal is the same on every
                 # rank, so where the flag differs between ranks it does as the test says.
                 tests.discard(None)
-            if len(ranks) == 2 and None in ranks and all(value.rank or value.literal for value in values):
-                # The rank on one path and a literal on the other (`rank = 0` where there is no process
-                # group): where the value differs between ranks, it is the rank.
-                ranks.discard(None)
-            if len(ranks) > 1 and None not in ranks and len({rank.formatted for rank in ranks}) == 1:
-                # A rank on every path, read in different ways (`dist.get_rank()`, else `RANK`), of the
-                # same scope or of another on some (DNALongBench's `local_rank = init_distributed()`, else
-                # `local_rank = args.local_rank`): a rank, whose scope is that one, or depends on the
-                # path, as for a function's returns (`_returned_on_either_path`).
-                scopes = {rank.scope for rank in ranks}
-                ranks = {Rank(scopes.pop() if len(scopes) == 1 else SOME_RANK, formatted=next(iter(ranks)).formatted)}
             # The world size on one path and a literal on the other (`world_size = 1` where there is no
             # process group), as for the rank: where it differs from the literal, it is the world size.
             world_size = any(value.world_size for value in values) and all(value.world_size or value.literal for value in values)
@@ -468,8 +457,8 @@ class Walker:
                     # The flag of the rank test above, bound in each arm (nanoGPT's `if ddp: master_process =
                     # ddp_rank == 0 else: master_process = True`): one name, first bound in both arms.
                     last = joined[key] = replace(last, rank_test=next(iter(tests)), literal=None)
-                if last is not None and last.rank is None and len(ranks) == 1:
-                    last = joined[key] = replace(last, rank=next(iter(ranks)))
+                if last is not None and last.rank is None and rank is not None:
+                    last = joined[key] = replace(last, rank=rank)
                 if last is not None and world_size and not last.world_size:
                     joined[key] = replace(last, world_size=True)
                 continue
@@ -480,7 +469,7 @@ class Walker:
             if len(values) == len(envs) and all(value.ref is not None for value in values):
                 self.flow.write(Write.JOINED, ref.root, tuple(value.ref for value in values))
             derived = {value.rank_derived for value in values}
-            joined[key] = Value(ref=ref, rank=ranks.pop() if len(ranks) == 1 else None, rank_test=tests.pop() if len(tests) == 1 else None,
+            joined[key] = Value(ref=ref, rank=rank, rank_test=tests.pop() if len(tests) == 1 else None,
                                 rank_derived=derived.pop() if len(derived) == 1 else None, world_size=world_size,
                                 type_test=any(value.type_test for value in values))
         return joined
@@ -1160,7 +1149,7 @@ class Walker:
             with self.holding(node.test, False):
                 orelse = self.expr(node.orelse, statement, parents)
             # `model.model if hasattr(model, "model") else model.esm`: one of the two modules, as with `or`
-            return _not_none(body, orelse) or Value(ref=_either([body.ref, orelse.ref]), params_of=refs_of((test, body, orelse)),
+            return _not_none(body, orelse) or Value(ref=_either([body.ref, orelse.ref]), params_of=refs_of((test, body, orelse)), rank=_rank_of_either((body, orelse)),
                                                     dtypes=body.dtypes | orelse.dtypes if body.dtypes and orelse.dtypes else None)
         if type(node) is cst.UnaryOperation and type(node.operator) is cst.Not:
             operand = self.expr(node.expression, statement, parents)
@@ -1787,6 +1776,24 @@ def _pinned_scope(node: cst.Comparison, values: list[Value]) -> RankScope | None
         if rank_side.rank is not None and not rank_side.rank.formatted and type(constant) in (cst.Integer, cst.SimpleString):
             return rank_side.rank.scope
     return None
+
+
+def _rank_of_either(values: Iterable[Value]) -> Rank | None:
+    """The rank a value that is one of `values` (each on a path of its own) is, where one is.
+    The rank on one path and a literal on the other (`rank = 0` where there is no process group,
+    `int(os.environ["RANK"]) if dist.is_initialized() else 0`): where the value differs between ranks,
+    it is the rank. A rank on every path, read in different ways (`dist.get_rank()`, else `RANK`), of
+    the same scope or of another on some (DNALongBench's `local_rank = init_distributed()`, else
+    `local_rank = args.local_rank`): a rank, whose scope is that one, or depends on the path, as for a
+    function's returns (`_returned_on_either_path`)."""
+    values = list(values)
+    ranks = {value.rank for value in values}
+    if len(ranks) == 2 and None in ranks and all(value.rank or value.literal or value.constant for value in values):
+        ranks.discard(None)
+    if len(ranks) > 1 and None not in ranks and len({rank.formatted for rank in ranks}) == 1:
+        scopes = {rank.scope for rank in ranks}
+        ranks = {Rank(scopes.pop() if len(scopes) == 1 else SOME_RANK, formatted=next(iter(ranks)).formatted)}
+    return ranks.pop() if len(ranks) == 1 else None
 
 
 def _returned_on_either_path(earlier: Value, later: Value) -> Value:
