@@ -45,12 +45,16 @@ calls (`Event.rank_guards`, with `Event.call_sites` for the calls that led there
 `Flow.collective` says which events every rank must reach. A value computed from the rank says how it
 differs between ranks (`Value.rank_derived`: a number, an iterable of that length, or a part picked by
 the rank); `Value.world_size` marks the number of processes; `Flow.reads_rank`, a walk that read the rank.
+A value that is a rank on one path (or side of `x if test else y`) and a literal on the other is the
+rank; ranks read in different ways on two paths are a rank, of some scope where the scopes differ.
 A comparison of the rank with whose turn it is in a loop (`i % world_size`) keeps no rank out, and a
 process group started past a rank guard holds only the ranks it keeps (`Flow.group_started_past`).
 
 State: a value holding parameters or state of modules (`Value.params_of`) says where that state was
 taken (`Value.params_read`: the `state_dict()` calls), through dicts, comprehensions and the methods that
-keep what a dict or tensor holds; `Flow.sharded_state` asks whether the module was sharded there.
+keep what a dict or tensor holds; `Flow.sharded_state` asks whether the module was sharded there. A
+dict written out keeps its entries (`Value.entries`, which `f(**d)` passes as keywords) through the
+entries it is given that the walk can read (`d["k"] = v`, `d.update({...})`), and loses them otherwise.
 
 Loops: each `for`/`while` walked once is a `Loop` of its flow (`Flow.loops`), with what it iterates and
 its body's events (`flow.events[first:end]`, inlined calls included). A variable each pass binds to

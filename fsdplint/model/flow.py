@@ -416,7 +416,7 @@ class Flow:
         if function is not None and function.class_name is not None and function.params[:1] == [root] \
                 and not function.decorated_by("staticmethod", "classmethod"):
             return function.file, function.owner
-        classes = [self.program.class_built_by(made) for made in self.origins(Value(ref=Ref(root)), before)]
+        classes = [self.program.class_built_by_event(made) for made in self.origins(Value(ref=Ref(root)), before)]
         return classes[0] if classes and classes[0] is not None and all(found == classes[0] for found in classes) else None
 
     def made_by_constructor(self, ref: Ref, before: int) -> tuple[Flow, Event] | None:

@@ -369,7 +369,7 @@ class Program:
             found = owner if factory is not None and factory.returns_its_class() else None
         return found
 
-    def class_built_by(self, event: Event | None) -> tuple[FileModel, str] | None:
+    def class_built_by_event(self, event: Event | None) -> tuple[FileModel, str] | None:
         """The class of this run whose object the call `event` builds: the one a constructor or factory
         call names (`class_built_by_call`), or, for `cls(cfg)` in a class method the walk called on a
         class of its file, that class. None for an event that builds no object (`Event.may_construct`)."""

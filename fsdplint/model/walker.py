@@ -1550,7 +1550,7 @@ class Walker:
     def method_built_by(self, built_by: Event | None, method: str) -> FunctionInfo | None:
         """The method of the class whose constructor call (or factory classmethod's) `built_by` is (or of
         the one class of the run by that name that defines it)."""
-        found = self.flow.program.class_built_by(built_by)
+        found = self.flow.program.class_built_by_event(built_by)
         if found is not None:
             return self.flow.program.method_of_class(*found, method)
         if built_by is None or not built_by.may_construct() or built_by.kind == METHOD:
