@@ -338,11 +338,13 @@ class Engine:
 
                 # Files are parsed when the model first needs them: a start when the budget reaches it, a
                 # callee file when a name it defines is looked up (most of their functions are never
-                # reached). A problem found then is reported as ever.
+                # reached). A problem found then is reported as ever. Nothing here keeps the files or the
+                # findings past this statement: their trees are freed before the collector is on again,
+                # whose first pass would otherwise go over every node of them (0.4 s on torchtitan).
                 callees = set(unit.callees)
-                starts = [UnparsedFile(sources[path], parse) for path in unit.paths if path not in callees]
-                findings = self._run_rules(starts, diagnostics, [UnparsedFile(sources[path], parse) for path in unit.callees])
-                diagnostics += self._to_diagnostics(findings, diagnostics)
+                diagnostics += self._to_diagnostics(
+                    self._run_rules([UnparsedFile(sources[path], parse) for path in unit.paths if path not in callees], diagnostics,
+                                    [UnparsedFile(sources[path], parse) for path in unit.callees]), diagnostics)
         return self._suppress(unit_sources, diagnostics), len(parsed)
 
     def _parse(self, source: SourceFile, errors: list[Diagnostic]) -> FileModel | None:

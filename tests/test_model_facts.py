@@ -3,7 +3,9 @@ the rules): which events a flow holds, which exclude each other, what a name is 
 
 from __future__ import annotations
 
+import gc
 import textwrap
+import weakref
 from pathlib import Path
 
 import libcst as cst
@@ -3238,3 +3240,38 @@ def test_a_rank_or_a_literal_chosen_by_a_test_is_the_rank():
     main = flow_of(program, "main")
     ranks = [event.args[0].rank for event in main.events if event.qname == "torch.cuda.set_device"]
     assert [rank.scope if rank else None for rank in ranks] == [model.GLOBAL_RANK, model.LOCAL_RANK, None, model.SOME_RANK]
+
+
+def test_a_released_program_is_freed_by_reference_counting():
+    """`Program.release` breaks the model's cycles, so that a unit's trees are freed as soon as the run
+    drops the program, before the cyclic collector is on again (whose first pass would go over every
+    node still alive): here a function that calls itself, and two that call each other (each
+    `FunctionInfo.callers` holds the other)."""
+    program = program_of("""
+    from torch.distributed.fsdp import fully_shard
+
+    def walk(module):
+        for child in module.children():
+            walk(child)
+        fully_shard(module)
+
+    def ping(n):
+        return pong(n - 1) if n else 0
+
+    def pong(n):
+        return ping(n)
+
+    def main(model):
+        walk(model)
+        ping(3)
+    """)
+    collector_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        file = weakref.ref(program.files[0])
+        program.release()
+        del program
+        assert file() is None
+    finally:
+        if collector_was_on:
+            gc.enable()
