@@ -98,8 +98,8 @@ class SamplerEpochNotSet(Rule):
             line = inner.file.position(inner.node).start.line
             line = f"line {line}" if inner.file is epochs.file else f"{inner.file.display}:{line}"
             return Finding(epochs.file, epochs.node.iter if hasattr(epochs.node, "iter") else epochs.node.test,
-                           f"this epoch loop iterates the loader of a shuffling `DistributedSampler` ({line}) and never "
-                           f"calls `set_epoch`: every epoch visits the samples in the order of epoch 0; call "
+                           f"this epoch loop iterates the loader of a shuffling `DistributedSampler` (in the loop at {line}) "
+                           f"and never calls `set_epoch`: every epoch visits the samples in the order of epoch 0; call "
                            f"`sampler.set_epoch(epoch)` first in the loop",
                            self._fix(flow, epochs, sampler, loader), related=(at(sampler, "sampler built here"),))
         return None
