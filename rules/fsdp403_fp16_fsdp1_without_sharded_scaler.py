@@ -4,7 +4,7 @@ from typing import Iterable
 
 from fsdplint.rule import Finding, FixAvailability, Rule, Severity
 
-_GRAD_SCALERS = ("torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.amp.grad_scaler.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler")
+_GRAD_SCALERS = ("torch.GradScaler", "torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.amp.grad_scaler.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler")
 _SHARDED_SCALER_MODULE = "torch.distributed.fsdp.sharded_grad_scaler"
 _FP16 = frozenset({"torch.float16"})  # as the model names dtypes (distributed.TORCH_DTYPES)
 # Arguments GradScaler and ShardedGradScaler share by name; by position they differ (ShardedGradScaler
@@ -16,7 +16,7 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
     """
     ## What it does
     Finds fp16 training of an FSDP1 (`FullyShardedDataParallel`) model without
-    `ShardedGradScaler`: a `torch.amp.GradScaler` / `torch.cuda.amp.GradScaler` stepping an
+    `ShardedGradScaler`: a `torch.amp.GradScaler` (`torch.GradScaler`) / `torch.cuda.amp.GradScaler` stepping an
     optimizer over an FSDP1 model (also where an object's constructor keeps the scaler and the
     optimizer, `self.scaler = GradScaler()` in `__init__`, and a method steps them: the model is judged
     as that constructor left it), or an fp16 `MixedPrecision` in a program that wraps with
