@@ -22,9 +22,11 @@ class ProcessGroupNotDestroyed(Rule):
     printed at all (seen with torch 2.11 on an H100), so a clean-looking log proves nothing.
 
     A group whose backend is known to be `"gloo"` (written in the call, or in a name assigned it once)
-    is not reported: gloo exits silently. Nor is a process that serves forever after it (a `while
-    True:` loop nothing leaves normally, reached on every path past the initialization, in the
-    script's own code or in a function it calls): it is stopped, never torn down.
+    is not reported: gloo exits silently. Nor is a group of one process (`world_size=1`, written in
+    the call or in a name that only ever holds 1), which no other rank waits on. Nor is a process
+    that serves forever after it (a `while True:` loop nothing leaves normally, reached on every
+    path past the initialization, in the script's own code or in a function it calls): it is
+    stopped, never torn down.
 
     The script is a file's top level (what runs when it is launched, `main()` under
     `if __name__ == "__main__":` included) or a function handed to `torch.multiprocessing.spawn`.
@@ -66,15 +68,15 @@ class ProcessGroupNotDestroyed(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL
-        from fsdplint.rulekit import calls, process_group_backend, script_flows, via
+        from fsdplint.rulekit import calls, process_group_backend, script_flows, starts_one_process, via
 
         for flow in script_flows(program):
             # Each initialization the script may reach (minifsdp's CPU, CUDA and MPS arms), with a
             # destroy that may run after it: in no arm apart from it.
             for init in (event for event in flow.of_kind(CALL) if event.qname == INIT):
                 backend = process_group_backend(init)
-                if backend is not None and "nccl" not in backend:
-                    continue  # a gloo group left to the interpreter exits silently
+                if backend is not None and "nccl" not in backend or starts_one_process(init):
+                    continue  # a gloo group left to the interpreter exits silently; one of one process waits on no other
                 later = flow.events[init.index + 1:]
                 if any(not event.exclusive(init) and _destroys(program, flow, event) for event in later) or flow.runs_forever_after(init):
                     continue

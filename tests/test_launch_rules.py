@@ -763,6 +763,8 @@ def test_ways_to_destroy_the_group(ending):
 
 
 def test_a_group_never_destroyed():
+    """Near misses: a gloo group, and a group of one process (saissd/Distributed-ML-Training-Inference-
+    Optimization's `init_process_group(..., rank=0, world_size=1)`, a judge's debatable warning)."""
     assert codes("""
     import torch
     import torch.distributed as dist
@@ -770,6 +772,7 @@ def test_a_group_never_destroyed():
     dist.destroy_process_group()
     dist.init_process_group()
     dist.init_process_group("gloo")
+    dist.init_process_group("nccl", rank=0, world_size=1)
     """) == [(6, "FSDP304")]
 
 
