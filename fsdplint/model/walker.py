@@ -7,7 +7,7 @@ import operator
 from contextlib import contextmanager
 from dataclasses import replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
 
 import libcst as cst
 
@@ -1778,7 +1778,7 @@ def _pinned_scope(node: cst.Comparison, values: list[Value]) -> RankScope | None
     return None
 
 
-def _rank_of_either(values: Iterable[Value]) -> Rank | None:
+def _rank_of_either(values: Sequence[Value]) -> Rank | None:
     """The rank a value that is one of `values` (each on a path of its own) is, where one is.
     The rank on one path and a literal on the other (`rank = 0` where there is no process group,
     `int(os.environ["RANK"]) if dist.is_initialized() else 0`): where the value differs between ranks,
@@ -1786,7 +1786,6 @@ def _rank_of_either(values: Iterable[Value]) -> Rank | None:
     the same scope or of another on some (DNALongBench's `local_rank = init_distributed()`, else
     `local_rank = args.local_rank`): a rank, whose scope is that one, or depends on the path, as for a
     function's returns (`_returned_on_either_path`)."""
-    values = list(values)
     ranks = {value.rank for value in values}
     if len(ranks) == 2 and None in ranks and all(value.rank or value.literal or value.constant for value in values):
         ranks.discard(None)
