@@ -286,6 +286,65 @@ def test_code_past_an_arm_that_returns_never_runs_after_it_to_the_end_of_the_fun
     assert not any(other.exclusive(d) for other in (e, f, g, h, i))
 
 
+def test_code_past_a_raise_in_its_block_never_runs():
+    """relora's `if distributed_type == "fsdp": raise RuntimeError(...); model = initialize_fsdp(model)`:
+    the wrap past the `raise` never runs, nor does the rest of a function that raises first. Near
+    misses: a block under `pytest.raises` or `contextlib.suppress` (what follows the `with` runs), a
+    `try` whose body raises (its handler runs), and an arm that raises (the other arm and the code
+    past the `if` still run)."""
+    flow = flow_of(program_of("""
+    import contextlib
+    import pytest
+    from torch.distributed.fsdp import fully_shard
+    def prepare(model, mode):
+        if mode == "fsdp":
+            raise RuntimeError("not supported")
+            fully_shard(model.a)
+        else:
+            fully_shard(model.b)
+        with pytest.raises(ValueError):
+            raise ValueError("expected")
+        fully_shard(model.c)
+        with contextlib.suppress(KeyError):
+            raise KeyError("expected")
+        fully_shard(model.d)
+        try:
+            raise OSError("retry")
+        except OSError:
+            fully_shard(model.e)
+        fully_shard(model.f)
+        raise SystemExit(0)
+        fully_shard(model.g)
+    """), "prepare")
+    assert [event.target.path for event in events(flow, model.SHARD)] == [("b",), ("c",), ("d",), ("e",), ("f",)]
+
+
+@pytest.mark.parametrize("before_init, stored", [
+    # SimonYRSK/G2E's trainer: `model = FSDP(model, ...)`, then `super().__init__(model, ...)`, whose
+    # `self.model = model` keeps the wrap, not the module the call gave: not known, rather than wrong.
+    ("model = FSDP(model)", {"opt": "opt"}),
+    # Near miss: the parameter as given, kept by the base's constructor.
+    ("pass", {"model": "model", "opt": "opt"}),
+])
+def test_a_parameter_the_constructor_rebinds_is_not_the_argument_it_keeps(before_init, stored):
+    from fsdplint.model.constructors import stored_attributes
+
+    program = program_of(f"""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    class Base:
+        def __init__(self, model, opt):
+            self.model = model
+            self.opt = opt
+    class Trainer(Base):
+        def __init__(self, model, opt):
+            {before_init}
+            super().__init__(model, opt)
+    """)
+    [file] = program.files
+    kept = stored_attributes(program, file, "Trainer")[1]
+    assert {attribute: held.parameter for attribute, held in kept.items()} == stored
+
+
 def test_a_list_holding_tuples_of_modules_comes_from_them():
     """`pairs.append((layer, experts))`: the list's elements come from what the tuple holds (a tuple's
     or a list's elements are read as a set's are)."""

@@ -26,7 +26,7 @@ import libcst as cst
 from fsdplint import distributed
 from fsdplint.model.names import CONSTANTS, dotted_name
 from fsdplint.model.ranks import reads_rank
-from fsdplint.model.syntax import integer_literal, literal_default
+from fsdplint.model.syntax import bound_names, integer_literal, literal_default
 from fsdplint.model.conditions import GROUP_STARTED
 from fsdplint.model.values import RANK_NUMBER, Value
 
@@ -214,8 +214,12 @@ def _constructor_stores(program: Program, init: FunctionInfo, depth: int) -> tup
     the ids of the statements read (every other assignment to an attribute of `self` is not known)."""
     stored: dict[str, Stored] = {}
     counted: set[int] = set()
-    params = init.params[1:]
-    for statement in init.node.body.body if type(init.node.body) is cst.IndentedBlock else ():
+    statements = init.node.body.body if type(init.node.body) is cst.IndentedBlock else ()
+    # A parameter the constructor rebinds holds something else by then (G2E's `model = FSDP(model, ...)`
+    # before `super().__init__(model, ...)`): not the argument the call gave.
+    rebound = set(bound_names(statements))
+    params = [name for name in init.params[1:] if name not in rebound]
+    for statement in statements:
         if type(statement) is not cst.SimpleStatementLine:
             continue
         for small in statement.body:

@@ -127,6 +127,7 @@ _GATHERS = frozenset({"full_tensor", "to_local", "item", "tolist", "numpy"})
 _MAX_INLINE_DEPTH = 4
 _COROUTINE_TESTS = frozenset({"asyncio.iscoroutinefunction", "inspect.iscoroutinefunction"})
 _EXPECTS_RAISE = frozenset({"raises", "assertRaises", "assertRaisesRegex"})  # pytest.raises, unittest's
+_SUPPRESS = "contextlib.suppress"  # ... and a context that swallows what its block raises
 _MAX_UNROLLED = 16  # a loop over at most this many known values is walked once per value
 _SETS_ENVIRONMENT = frozenset({"os.environ.setdefault", "os.putenv"})
 # Expressions one flow may evaluate, its inlined callees included: past it, the flow's facts are unknown
@@ -638,9 +639,12 @@ class Walker:
             # Under `pytest.raises` / `self.assertRaises` the body raises, where is not known: the
             # functions it calls are not followed (tnt's prepare_fsdp2 rejecting its arguments).
             saved_raising = self.raising
-            self.raising = self.raising or any(
-                type(item.item) is cst.Call and (dotted_name(item.item.func) or "").rsplit(".", 1)[-1] in _EXPECTS_RAISE for item in node.items)
+            catches = any(type(item.item) is cst.Call and (dotted_name(item.item.func) or "").rsplit(".", 1)[-1] in _EXPECTS_RAISE
+                          or self.file.qualify(item.item.func if type(item.item) is cst.Call else item.item) == _SUPPRESS for item in node.items)
+            self.raising = self.raising or catches
             self.walk_suite(node.body, inner)
+            if catches:
+                self.path_ended = False  # the block's exception is caught there: what follows the `with` runs
             self.raising = saved_raising
             self.meta_depth -= meta
             self.contexts = saved_contexts
@@ -839,6 +843,7 @@ class Walker:
         elif type(node) is cst.Raise:
             for child in node.children:
                 self.expr(child, statement, parents)
+            self.path_ended = True  # what follows in the block never runs (relora's wrap after `raise RuntimeError(...)`)
 
     def rank_pinned_to_zero(self, test: cst.CSTNode) -> str | None:
         """The name of the rank that `test` (`rank == 0`, `0 == self.rank`) holds only where it is 0."""
