@@ -187,17 +187,20 @@ class TorchSaveShardedState(Rule):
 
 def _fsdp1_optimizer_state(flow, state, before: int):
     """The FSDP1 wrap whose sharded parameters an optimizer whose state `state` holds was built over
-    (after the wrap: before it, FSDP104), where the wrap certainly shards; else None."""
+    (after the wrap: before it, FSDP104), where the wrap certainly shards and may run in one execution
+    with event `before`, the save (not relora's wrap under `if distributed_type == "fsdp":` against the
+    save under `if distributed_type == "ddp":`); else None."""
     from fsdplint.model import OPTIMIZER, WRAP, Value
     from fsdplint.model.strategies import certainly_shards
 
+    saved = flow.events[before]
     for optimizer in sorted(state.params_of & flow.optimizer_bindings, key=str):
         built = flow.origin(Value(ref=optimizer), before)
         if built is None or built.kind != OPTIMIZER:
             continue
         for module in built.params_of:
             wrap = flow.sharding_of(module, built.index, fsdp=1)
-            if wrap is not None and wrap.kind == WRAP and certainly_shards(wrap):
+            if wrap is not None and wrap.kind == WRAP and certainly_shards(wrap) and not wrap.excludes(saved):
                 return wrap
     return None
 

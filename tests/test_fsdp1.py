@@ -854,3 +854,41 @@ def test_a_local_clip_where_the_tests_around_it_and_the_wrap_say_no_shard(test, 
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip) \\
             if {test} else model.clip_grad_norm_(grad_clip)
     """, select=["FSDP402"]) == expected
+
+
+@pytest.mark.parametrize("before_wrap, expected", [
+    # Guitaricet/relora: `raise RuntimeError("FSDP is not supported anymore")` before the wrap: it
+    # never runs, the model is the DDP one, and neither the local clip nor the saves are of FSDP1.
+    ('raise RuntimeError("FSDP is not supported anymore")', []),
+    # Near miss: without the raise, the fsdp path wraps: its clip and its own save are reported; the
+    # save under `distributed_type == "ddp"` never runs with that wrap and stays silent.
+    ("pass", [(7, "FSDP201"), (23, "FSDP402")]),
+])
+def test_a_wrap_past_a_raise_never_runs_and_a_save_in_another_mode_is_of_another_model(before_wrap, expected):
+    assert codes(f"""
+    def save_ddp(optimizer):
+        if dist.get_rank() == 0:
+            torch.save({{"optimizer": optimizer.state_dict()}}, "optimizer.pt")
+        dist.barrier()
+    def save_fsdp(optimizer):
+        if dist.get_rank() == 0:
+            torch.save({{"optimizer": optimizer.state_dict()}}, "optimizer.pt")
+    def save(optimizer, distributed_type):
+        if distributed_type == "ddp":
+            save_ddp(optimizer)
+        elif distributed_type == "fsdp":
+            save_fsdp(optimizer)
+    def main(args, local_rank, x):
+        model = Net()
+        if args.distributed_type == "fsdp":
+            {before_wrap}
+            model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({{Block}}))
+        elif args.distributed_type == "ddp":
+            model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=1e-3)
+        model(x).sum().backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        save(optimizer, args.distributed_type)
+    """, select=["FSDP201", "FSDP402"]) == expected
