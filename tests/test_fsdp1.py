@@ -892,3 +892,32 @@ def test_a_wrap_past_a_raise_never_runs_and_a_save_in_another_mode_is_of_another
         optimizer.step()
         save(optimizer, args.distributed_type)
     """, select=["FSDP201", "FSDP402"]) == expected
+
+
+@pytest.mark.parametrize("wrap, expected", [
+    # SimonYRSK/G2E: the trainer wraps its model and hands it to the base's constructor, which keeps it
+    # in `self.model`; its methods clip locally and gather a full state dict past rank 0's early return.
+    ("model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))", [(11, "FSDP402"), (17, "FSDP203")]),
+    # Near miss: a wrap on some paths only is not what every object keeps.
+    ("model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block})) if dist.is_initialized() else model", []),
+])
+def test_a_wrap_a_base_constructor_keeps_is_wrapped_in_the_methods(wrap, expected):
+    assert codes("from torch.distributed.fsdp import StateDictType\n", f"""
+    class Base:
+        def __init__(self, model, opt):
+            self.model = model
+            self.opt = opt
+    class Trainer(Base):
+        def __init__(self, model):
+            {wrap}
+            super().__init__(model, torch.optim.Adam(model.parameters()))
+        def step(self, x):
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            self.opt.step()
+        def save(self):
+            if dist.get_rank() != 0:
+                return
+            with FSDP.state_dict_type(self.model, StateDictType.FULL_STATE_DICT):
+                state = self.model.state_dict()
+            torch.save(state, "ckpt.pt")
+    """, select=["FSDP402", "FSDP203"]) == expected

@@ -345,6 +345,28 @@ def test_a_parameter_the_constructor_rebinds_is_not_the_argument_it_keeps(before
     assert {attribute: held.parameter for attribute, held in kept.items()} == stored
 
 
+@pytest.mark.parametrize("keep, kept", [
+    ("self.model = model", True),  # `fully_shard` shards the module in place: the attribute holds it sharded
+    ("Base.__init__(self, model=model)", True),  # ... given to a base's constructor that keeps it
+    ("super().__init__(model.encoder)", False),  # near miss: a part of it, which `fully_shard` did not make a unit
+])
+def test_a_module_the_constructor_shards_in_place_and_keeps_is_sharded_in_its_attribute(keep, kept):
+    program = program_of(f"""
+    from torch.distributed.fsdp import fully_shard
+    class Base:
+        def __init__(self, model):
+            self.model = model
+    class Trainer(Base):
+        def __init__(self, model):
+            fully_shard(model)
+            {keep}
+        def save(self):
+            pass
+    """)
+    shards = program.class_shards.get(("train", "Trainer"), [])
+    assert any(model.Ref("self", ("model",)) in shard.targets for shard in shards) is kept
+
+
 def test_a_list_holding_tuples_of_modules_comes_from_them():
     """`pairs.append((layer, experts))`: the list's elements come from what the tuple holds (a tuple's
     or a list's elements are read as a set's are)."""

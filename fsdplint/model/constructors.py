@@ -139,6 +139,22 @@ def attributes_at(program: Program, file: FileModel, qualname: str, call: cst.Ca
     return known
 
 
+def kept_by_base_constructor(program: Program, init: FunctionInfo, call: cst.Call, args: tuple[Value, ...],
+                             kwargs: Mapping[str, Value]) -> dict[str, Value]:
+    """What the base class's constructor that `init` calls (`super().__init__(model, opt)`,
+    `Base.__init__(self, model)`) keeps of the arguments `call` gives it, as `stored_attributes` knows
+    them: each attribute, with the value of the argument it keeps (SimonYRSK/G2E's `self.model`)."""
+    base = _base_constructor(program, init, call)
+    if base is None or base.owner is None or any(arg.star for arg in call.args):
+        return {}
+    constructor, stored = stored_attributes(program, base.file, base.owner)
+    if constructor is None:
+        return {}
+    explicit_self = type(call.func.value) is not cst.Call  # `Base.__init__(self, ...)`: `self` is its first argument
+    given = dict(zip(constructor.params, args[1:] if explicit_self else args)) | dict(kwargs)
+    return {attribute: given[held.parameter] for attribute, held in stored.items() if held.parameter in given}
+
+
 # Callees given `self` that assign none of its attributes: a base's constructor through `super`, and
 # builtins that only read the object.
 _KEEP_SELF_TO_THEMSELVES = frozenset({"super"}) | distributed.READ_ONLY_BUILTINS

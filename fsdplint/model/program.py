@@ -13,8 +13,8 @@ import libcst as cst
 
 from fsdplint import distributed
 from fsdplint.model import conditions
-from fsdplint.model.events import ASSIGN, CALL_VALUE, SHARD, WRAP, Event
-from fsdplint.model.constructors import attributes_of_every_object, stored_attributes
+from fsdplint.model.events import ASSIGN, CALL, CALL_VALUE, METHOD, SHARD, WRAP, Event
+from fsdplint.model.constructors import attributes_of_every_object, kept_by_base_constructor, stored_attributes
 from fsdplint.model.files import FileModel, FunctionInfo, UnparsedFile
 from fsdplint.model.names import dotted_name
 from fsdplint.model.flow import Flow
@@ -100,7 +100,7 @@ class Program:
                 key = (flow.file.module_name, function.class_name)
                 events = list(flow.shard_events())
                 if function.name == "__init__":
-                    events = [_named_by_attributes(self, flow, event) for event in events] + _kept_in_attributes(flow)
+                    events = [_named_by_attributes(self, flow, event) for event in events] + _kept_in_attributes(self, flow)
                 in_self = [event for event in events if any(target.root == "self" for target in event.targets)]
                 # A method only other methods of its class call is read in their flows, under the tests
                 # around the calls (R3-v2's `_wrap_fsdp`, called by `__init__` under `if backend == "fsdp":`),
@@ -482,20 +482,30 @@ def _named_by_attributes(program: Program, init: Flow, event: Event) -> Event:
     return dataclasses.replace(event, facts=facts) if facts != event.facts else event
 
 
-def _kept_in_attributes(init: Flow) -> list[Event]:
-    """`self.model = FSDP(model, ...)` (or `fully_shard`'s result) in `__init__`, on every path through
-    it, on every rank, and the last value `__init__` gives that attribute: every other method runs
-    after it, with that module at `self.model`. Each such wrap, with the attribute among its targets."""
-    last: dict[Ref, Event] = {}
-    for assign in init.of_kind(ASSIGN):
-        # By the target as written: a ref of `self.model` once bound is the module it was bound to.
-        written = dotted_name(assign.node) or ""
-        if written.count(".") == 1 and written.startswith("self."):
-            last[Ref("self", (written[len("self."):],))] = assign
+def _kept_in_attributes(program: Program, init: Flow) -> list[Event]:
+    """`self.model = FSDP(model, ...)` (or `fully_shard`'s result, or a module `fully_shard` sharded in
+    place: `fully_shard(model); self.model = model`) in `__init__`, or the same given to a base's
+    constructor that keeps it (`super().__init__(model)`), on every path through it, on every rank, and
+    the last value `__init__` gives that attribute: every other method runs after it, with that module
+    at `self.model`. Each such wrap, with the attribute among its targets."""
+    last: dict[Ref, tuple[Event, Value | None]] = {}  # each attribute: what gave it its value, and the value
+    for given in init.of_kind(ASSIGN, CALL, METHOD):
+        if given.kind is ASSIGN:
+            # By the target as written: a ref of `self.model` once bound is the module it was bound to.
+            written = dotted_name(given.node) or ""
+            if written.count(".") == 1 and written.startswith("self."):
+                last[Ref("self", (written[len("self."):],))] = given, given.value
+        elif type(given.node) is cst.Call and type(given.node.func) is cst.Attribute and given.node.func.attr.value == "__init__":
+            kept = kept_by_base_constructor(program, init.function, given.node, given.args, given.kwargs)
+            for attribute, value in kept.items():
+                last[Ref("self", (attribute,))] = given, value
     kept = []
-    for attribute, assign in last.items():
-        made = assign.value.event if assign.value is not None else None
-        if made is not None and made.kind in (SHARD, WRAP) and not (assign.arms or assign.rank_guards or made.arms or made.rank_guards):
+    for attribute, (given, value) in last.items():
+        made = value.event if value is not None else None
+        if made is None and value is not None and value.ref is not None and not value.ref.path:
+            made = next((shard for shard in reversed(list(init.of_kind(SHARD)))
+                         if shard.index < given.index and value.ref in shard.targets), None)
+        if made is not None and made.kind in (SHARD, WRAP) and not (given.arms or given.rank_guards or made.arms or made.rank_guards):
             kept.append(dataclasses.replace(made, targets=made.targets + (attribute,)))
     return kept
 
