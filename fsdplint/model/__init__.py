@@ -16,7 +16,7 @@ with them (`Value.partial_of`).
 Bindings and paths. Each binding of a name to a new object is a new value (`model#2`), and where paths
 meet, a name bound to different objects on them is a new value again. The arms of a branching
 statement (`if`/`elif`/`else`, `match` cases, `except` handlers, a dispatch table's functions, the rest
-of a block after an arm that returns) are exclusive: events in different arms are never ordered against
+of a block after an arm that returns or raises) are exclusive: events in different arms are never ordered against
 each other (`Event.exclusive`). Loops over known values (literal tuples, `itertools.chain`, ...) visit
 them in order. A flow evaluates at most `FLOW_BUDGET` expressions, and the files analyzed together spend
 at most `PROGRAM_BUDGET` steps, evaluating and parsing (files that import FSDP first); past either, the
@@ -64,8 +64,10 @@ another element the model does not know is no one object (`Flow.per_pass`). A fu
 Objects: a method is resolved by the class that built its receiver (`Flow.origins`), a classmethod
 factory's included (`Program.class_built_by_call`); a static or class method called on a class of the
 file is walked there. What an object's constructor built into an attribute, by its only assignment, is
-made there (`Flow.made_by_constructor`, in the constructor's flow); what it sharded on every path is
-sharded in the object's attributes wherever its caller runs its methods (`Flow.sharding_of`). A rank test the tests around it
+made there (`Flow.made_by_constructor`, in the constructor's flow); what it sharded on every path and
+kept in an attribute (itself, through a base's constructor, or sharded in place) is sharded in the
+object's attributes wherever its caller runs its methods (`Flow.sharding_of`). Code past a `raise` in
+its block never runs, but under `pytest.raises` or `contextlib.suppress`. A rank test the tests around it
 decide is no guard there; a walk that read them is copied only where they are the same. Whether the
 process is in a process group (`dist.is_initialized()`, a name or a constructor's attribute bound to it)
 is one atom of the facts (`conditions.GROUP_STARTED`): no collective runs where it is false.
