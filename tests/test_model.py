@@ -794,6 +794,33 @@ def test_a_local_module_list_is_a_container_not_a_root():
     """) == [(7, "FSDP107")]
 
 
+@pytest.mark.parametrize("kept, expected", [
+    # OneScience's Megatron copy: the data-parallel wrapper keeps the module it is given in `self.module`;
+    # DualPipeV, another class, keeps an `nn.ModuleList` there. The wrapper's module is no container.
+    ("module", []),
+    # Near miss: both classes keep a ModuleList there.
+    ("nn.ModuleList([module])", [(16, "FSDP107")]),
+])
+def test_an_attribute_another_class_makes_a_module_list_is_not_one_by_its_name(kept, expected):
+    assert codes(f"""
+    import torch.nn as nn
+    from torch.distributed.fsdp import fully_shard
+
+    class DualPipeV(nn.Module):
+        def __init__(self, modules):
+            self.module = nn.ModuleList(modules)
+
+    class BaseDataParallel(nn.Module):
+        def __init__(self, module):
+            self.module = {kept}
+
+    class Wrapper(BaseDataParallel):
+        def __init__(self, module):
+            super().__init__(module=module)
+            fully_shard(self.module)
+    """, select=["FSDP107"]) == expected
+
+
 def test_a_module_tensor_parallelized_in_place_is_still_the_leaf_it_was():
     assert codes("""
     from torch import nn

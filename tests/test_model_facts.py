@@ -367,6 +367,53 @@ def test_a_module_the_constructor_shards_in_place_and_keeps_is_sharded_in_its_at
     assert any(model.Ref("self", ("model",)) in shard.targets for shard in shards) is kept
 
 
+@pytest.mark.parametrize("other_class, entered", [
+    # OneScience: `from onescience.datapipes.climate import ERA5Datapipe` is `era5.py`'s class (a re-export
+    # the model does not follow), which has no `train_dataloader`; `era5_old.py`'s class of the same
+    # name, the one that defines it, is not the class the call builds.
+    ("class Pipe:\n    def __init__(self, root):\n        self.root = root\n", []),
+    # Near miss: the only class of that name in the run.
+    ("", ["Pipe.loader"]),
+])
+def test_a_method_is_not_taken_from_a_class_of_the_same_name_where_two_classes_have_it(tmp_path, other_class, entered):
+    texts = {
+        "pkg/__init__.py": "from .era5 import Pipe\n",
+        "pkg/era5.py": other_class or "X = 1\n",
+        "pkg/era5_old.py": "class Pipe:\n    def __init__(self, distributed):\n        self.distributed = distributed\n\n"
+                           "    def loader(self):\n        return None\n",
+        "train.py": "import torch.distributed as dist\nfrom pkg import Pipe\n\ndef main():\n    pipe = Pipe(True)\n    pipe.loader()\n",
+    }
+    for name, text in texts.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+
+    def parse(name):
+        return model.build_file_model(SourceFile(tmp_path / name, name, texts[name], "utf-8", False), cst.parse_module(texts[name]))
+
+    program = model.Program([parse("train.py")], [model.UnparsedFile(SourceFile(tmp_path / name, name, texts[name], "utf-8", False),
+                                                                     lambda source: parse(source.display)) for name in texts if name != "train.py"])
+    assert [event.qname for event in events(flow_of(program, "main"), model.ENTER)] == entered
+
+
+def test_every_assignment_to_an_attribute_names_what_built_it_or_that_it_is_not_known():
+    """OneScience: `self.module = module` in the data-parallel wrapper is of no known type, beside
+    DualPipeV's `self.module = nn.ModuleList(...)`: the attribute's name alone says no type."""
+    program = program_of("""
+    import torch.nn as nn
+    class DualPipeV(nn.Module):
+        def __init__(self, modules):
+            self.module = nn.ModuleList(modules)
+            self.head: nn.Linear = nn.Linear(2, 2)
+    class Wrapper(nn.Module):
+        def __init__(self, module, extra):
+            self.module = module
+            self.tail, self.extra = nn.Linear(2, 2), extra
+            self.norm: nn.Module = extra
+    """)
+    [file] = program.files
+    assert file.attribute_types == {"module": {"ModuleList", "?"}, "head": {"Linear"}, "tail": {"?"}, "extra": {"?"}, "norm": {"?"}}
+
+
 def test_a_list_holding_tuples_of_modules_comes_from_them():
     """`pairs.append((layer, experts))`: the list's elements come from what the tuple holds (a tuple's
     or a list's elements are read as a set's are)."""

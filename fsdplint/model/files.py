@@ -266,6 +266,8 @@ class _FileIndexer:
                         self.import_from(small)
                     elif type(small) is cst.Assign:
                         self.assign(small)
+                    elif type(small) is cst.AnnAssign:
+                        self.annotated_assign(small)
             elif type(statement) is cst.ClassDef:
                 self.model.classes[".".join([name for _, name in self.scopes] + [statement.name.value])] = statement
                 self.scopes.append(("class", statement.name.value))
@@ -318,11 +320,20 @@ class _FileIndexer:
     def assign(self, node: cst.Assign) -> None:
         if not self.scopes and type(node.value) is cst.Dict and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name:
             self.model.module_dicts[node.targets[0].target.value] = node.value
-        if type(node.value) is cst.Call:
-            callee = (dotted_name(node.value.func) or "?").rsplit(".", 1)[-1]
-            for target in node.targets:
-                if type(target.target) is cst.Attribute:
-                    self.model.attribute_types.setdefault(target.target.attr.value, set()).add(callee)
+        # Every assignment to an attribute counts: one of a value no call built (`self.module = module`)
+        # is of a type not known ("?"), so that what another class assigns the name is no guess of it
+        # (OneScience's `self.module = nn.ModuleList(...)` in DualPipeV, not its data-parallel wrapper's).
+        callee = (dotted_name(node.value.func) or "?").rsplit(".", 1)[-1] if type(node.value) is cst.Call else "?"
+        for target in node.targets:
+            elements = [element.value for element in target.target.elements] if type(target.target) in (cst.Tuple, cst.List) else [target.target]
+            for element in elements:
+                if type(element) is cst.Attribute:
+                    self.model.attribute_types.setdefault(element.attr.value, set()).add(callee if element is target.target else "?")
+
+    def annotated_assign(self, node: cst.AnnAssign) -> None:
+        if type(node.target) is cst.Attribute and node.value is not None:
+            built = (dotted_name(node.value.func) or "?").rsplit(".", 1)[-1] if type(node.value) is cst.Call else "?"
+            self.model.attribute_types.setdefault(node.target.attr.value, set()).add(built)
 
 
 def lines_code(module: cst.Module, lines: Sequence[cst.EmptyLine]) -> str:

@@ -199,10 +199,15 @@ class Program:
         return self._functions_by_name.get(name, [])
 
     def methods_named(self, class_name: str, method: str) -> list[FunctionInfo]:
-        """The run's methods `class_name.method`, parsing the callee files that may define one."""
+        """The run's methods `class_name.method`, parsing the callee files that may define one; none
+        where another file of the run defines a class (or may: any name) of that name, with or without
+        the method: the call may build that one (OneScience's `ERA5Datapipe` of `era5.py`, beside
+        `era5_old.py`'s, which alone defines `train_dataloader`)."""
         for unparsed in self._unparsed_by_name.get(method, ()):
             if class_name in unparsed.defines:
                 self._parse(unparsed)
+        if len(self._classes_by_name.get(class_name, ())) > 1 or any(id(unparsed) in self._unparsed for unparsed in self._unparsed_by_name.get(class_name, ())):
+            return []
         return [function for function in self._functions_by_name.get(method, ()) if function.qualname == f"{class_name}.{method}"]
 
     def files_with(self, word: str) -> list[FileModel]:
