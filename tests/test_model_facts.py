@@ -35,6 +35,20 @@ def parser_of(texts: dict[str, str]):
     return sources, parse, parsed
 
 
+def program_on_disk(tmp_path: Path, texts: dict[str, str], start: str = "train.py") -> model.Program:
+    """The program of `texts` written under `tmp_path`: analysis starts at `start`, the other files are
+    parsed when a lookup needs them, as the engine gives them."""
+    for name, text in texts.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+
+    def parse(name):
+        return model.build_file_model(SourceFile(tmp_path / name, name, texts[name], "utf-8", False), cst.parse_module(texts[name]))
+
+    return model.Program([parse(start)], [model.UnparsedFile(SourceFile(tmp_path / name, name, texts[name], "utf-8", False),
+                                                             lambda source: parse(source.display)) for name in texts if name != start])
+
+
 def flow_of(program: model.Program, function: str | None) -> model.Flow:
     """The flow of the module body (None) or of the function's own body: a function that another
     function calls is walked in its callers' flows and gets its own only when asked for."""
@@ -383,15 +397,7 @@ def test_a_method_is_not_taken_from_a_class_of_the_same_name_where_two_classes_h
                            "    def loader(self):\n        return None\n",
         "train.py": "import torch.distributed as dist\nfrom pkg import Pipe\n\ndef main():\n    pipe = Pipe(True)\n    pipe.loader()\n",
     }
-    for name, text in texts.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-
-    def parse(name):
-        return model.build_file_model(SourceFile(tmp_path / name, name, texts[name], "utf-8", False), cst.parse_module(texts[name]))
-
-    program = model.Program([parse("train.py")], [model.UnparsedFile(SourceFile(tmp_path / name, name, texts[name], "utf-8", False),
-                                                                     lambda source: parse(source.display)) for name in texts if name != "train.py"])
+    program = program_on_disk(tmp_path, texts)
     assert [event.qname for event in events(flow_of(program, "main"), model.ENTER)] == entered
 
 
@@ -2905,15 +2911,7 @@ def test_a_base_a_package_re_exports_is_read_for_what_the_constructor_keeps(tmp_
                     "        if self.policy.enabled and self.resume:\n            raise ValueError('not both')\n\n"
                     "    def step(self):\n        lib.go()\n",
     }
-    for name, text in texts.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-
-    def parse(name):
-        return model.build_file_model(SourceFile(tmp_path / name, name, texts[name], "utf-8", False), cst.parse_module(texts[name]))
-
-    program = model.Program([parse("train.py")], [model.UnparsedFile(SourceFile(tmp_path / name, name, texts[name], "utf-8", False),
-                                                                     lambda source: parse(source.display)) for name in texts if name != "train.py"])
+    program = program_on_disk(tmp_path, texts)
     [go] = [event for event in flow_of(program, "Trainer.step").events if event.qname == "lib.go"]
     assert [(render(formula), holds) for formula, holds in go.facts] == facts
 
