@@ -404,6 +404,30 @@ def test_a_group_met_at_a_place_of_this_machine_is_on_one_node(init):
     assert fsdp302_lines(one_address(init)) == []
 
 
+@pytest.mark.parametrize("available, otherwise, expected", [
+    # Hafeezmhk7/eva-clip-v2_4: the device is set under `if torch.cuda.is_available():`, whose `else`
+    # raises, and the group met at the loopback address past the `if`: wherever the set_device runs.
+    ("torch.cuda.set_device(rank)", 'raise RuntimeError("CUDA required")', []),
+    # Near miss: the device set in the arm that raises, which the group past the `if` never follows.
+    ("pass", 'torch.cuda.set_device(rank)\n            raise RuntimeError("CUDA required")', [11]),
+])
+def test_a_group_met_locally_past_an_if_whose_other_arm_raises(available, otherwise, expected):
+    assert fsdp302_lines(f"""
+    import os
+    import torch
+    import torch.distributed as dist
+    def setup(rank, world_size):
+        os.environ["MASTER_ADDR"] = "localhost"
+        os.environ["RANK"] = str(rank)
+        if torch.cuda.is_available():
+            {available}
+        else:
+            {otherwise}
+        dist.init_process_group("nccl", init_method="env://", rank=rank, world_size=world_size)
+    setup(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
+    """) == expected
+
+
 @pytest.mark.parametrize("init", [
     'dist.init_process_group("nccl", init_method="env://")',
     'dist.init_process_group("nccl", init_method=f"tcp://{master_addr}:{port}", rank=rank, world_size=2)',

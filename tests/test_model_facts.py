@@ -420,6 +420,26 @@ def test_every_assignment_to_an_attribute_names_what_built_it_or_that_it_is_not_
     assert file.attribute_types == {"module": {"ModuleList", "?"}, "head": {"Linear"}, "tail": {"?"}, "extra": {"?"}, "norm": {"?"}}
 
 
+def test_code_past_an_if_whose_other_arm_raises_runs_on_every_path_through_the_arm_that_does_not():
+    """eva-clip-v2_4: `set_device(rank)` under `if torch.cuda.is_available():`, whose `else` raises, then
+    `init_process_group` past the `if`: the init runs wherever the set_device does. Near misses: code
+    before the `if` (past it, the init may not run), and code in the arm that raises."""
+    flow = flow_of(program_of("""
+    from torch.distributed.fsdp import fully_shard
+    def setup(model, ready):
+        fully_shard(model.before)
+        if ready:
+            fully_shard(model.set_device)
+        else:
+            fully_shard(model.failing)
+            raise RuntimeError("CUDA required")
+        fully_shard(model.init)
+    """), "setup")
+    before, set_device, failing, init = events(flow, model.SHARD)
+    assert init.on_every_path_to(set_device) and before.on_every_path_to(set_device)
+    assert not init.on_every_path_to(before) and not init.on_every_path_to(failing)
+
+
 def test_a_list_holding_tuples_of_modules_comes_from_them():
     """`pairs.append((layer, experts))`: the list's elements come from what the tuple holds (a tuple's
     or a list's elements are read as a set's are)."""

@@ -233,8 +233,14 @@ class Event:
 
     def on_every_path_to(self, other: Event) -> bool:
         """The event runs wherever `other` runs: it sits in no arm of a branching statement (`if`,
-        `match`, `except`) that `other` is outside of, or in another arm of."""
-        return set(self.arms) <= set(other.arms)
+        `match`, `except`) that `other` is outside of, or in another arm of; and past a statement some
+        of whose arms return or raise, where `other` runs in one of its other arms (eva-clip's
+        `set_device(rank)` in `if torch.cuda.is_available():`, whose `else` raises, and the
+        `init_process_group` past it) or past it too."""
+        theirs = set(other.arms)
+        taken = {branching: arm for branching, arm in other.arms if type(arm) is int}
+        return all((branching, arm) in theirs or type(arm) is frozenset and branching in taken and taken[branching] not in arm
+                   for branching, arm in self.arms)
 
     def excludes(self, other: Event) -> bool:
         """The two never run in one execution: they are `exclusive`, or one needs a test true that the
