@@ -153,7 +153,7 @@ def _device_step(flow, other):
             return other
     if other.kind in (CALL, CALL_VALUE) and type(other.node) is cst.Call:
         # Through a package's re-export too (plainLM's `from engine import TorchEngine`): one lookup per construction past the statement.
-        found = flow.program.class_built_by_call(other.file, other.node.func, through_packages=True)
+        found = flow.program.class_built_by_event(other, through_packages=True)
         constructor = flow.program.constructor_flow(*found) if found is not None else None
         for inner in constructor.of_kind(CALL, SHARD, METHOD) if constructor is not None else ():
             step = _device_step(constructor, inner) if inner.unconditional else None

@@ -376,16 +376,17 @@ class Program:
             found = owner if factory is not None and factory.returns_its_class() else None
         return found
 
-    def class_built_by_event(self, event: Event | None) -> tuple[FileModel, str] | None:
+    def class_built_by_event(self, event: Event | None, through_packages: bool = False) -> tuple[FileModel, str] | None:
         """The class of this run whose object the call `event` builds: the one a constructor or factory
-        call names (`class_built_by_call`), or, for `cls(cfg)` in a class method the walk called on a
-        class of its file, that class. None for an event that builds no object (`Event.may_construct`)."""
+        call names (`class_built_by_call`, with `through_packages` as there), or, for `cls(cfg)` in a
+        class method the walk called on a class of its file, that class. None for an event that builds
+        no object (`Event.may_construct`)."""
         if event is None or not event.may_construct():
             return None
         target = event.targets[0] if event.kind == CALL_VALUE and len(event.targets) == 1 else None
         if target is not None and not target.path and target.root in event.file.classes:
             return event.file, target.root
-        return self.class_built_by_call(event.file, event.node.func)
+        return self.class_built_by_call(event.file, event.node.func, through_packages)
 
     def class_named(self, qualified: str | None, through_packages: bool = False) -> tuple[FileModel, str] | None:
         """The class of this run a qualified name names (`class_of`)."""
