@@ -150,7 +150,7 @@ def _chooses_device(event) -> bool:
     `torch.device("cuda", local_rank)`, `f"cuda:{local_rank}"`, anything computed from a rank)."""
     import libcst as cst
 
-    from fsdplint.model import CALL, METHOD
+    from fsdplint.model import CALL, METHOD, is_rank_number
     from fsdplint.rulekit import device_arguments
 
     if event.kind == CALL and event.qname in distributed.DEVICE_CHOOSING_CALLS:
@@ -170,6 +170,6 @@ def _chooses_device(event) -> bool:
             return True
         if all(isinstance(arm, (cst.Integer, cst.SimpleString)) for arm in arms):
             continue  # the same device on every rank
-        if value.rank is not None or (id(node) in indices and (is_cuda or event.qname == "torch.device")):
-            return True
+        if value.rank is not None or is_rank_number(value) or (id(node) in indices and (is_cuda or event.qname == "torch.device")):
+            return True  # `.to(rank % torch.cuda.device_count())`, the DDP tutorial's device (shwetasalaria/workshops)
     return False

@@ -552,6 +552,10 @@ dist.destroy_process_group()
     ("", '"nccl"', 'device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")', [(7, "FSDP301")]),
     # accelerate's state sets the device of each process (HALOs)
     ("from accelerate import Accelerator\naccelerator = Accelerator()", '"nccl"', "", []),
+    # PyTorch's DDP tutorial under torchrun (shwetasalaria/workshops): the module on the device the rank
+    # computes; near miss, a device the rank does not compute
+    ("", '"nccl"', "device_id = dist.get_rank() % torch.cuda.device_count()\nmodel = model.to(device_id)", []),
+    ("", '"nccl"', "device_id = torch.cuda.device_count() - 1\nmodel = model.to(device_id)", [(7, "FSDP301")]),
 ])
 def test_a_device_chosen_per_process(before, backend, after, expected):
     assert codes(NCCL_SCRIPT.format(before=before, backend=backend, after=after)) == expected
