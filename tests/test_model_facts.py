@@ -303,13 +303,16 @@ def test_code_past_an_arm_that_returns_never_runs_after_it_to_the_end_of_the_fun
 def test_code_past_a_raise_in_its_block_never_runs():
     """relora's `if distributed_type == "fsdp": raise RuntimeError(...); model = initialize_fsdp(model)`:
     the wrap past the `raise` never runs, nor does the rest of a function that raises first. Near
-    misses: a block under `pytest.raises` or `contextlib.suppress` (what follows the `with` runs), a
+    misses: a block under `pytest.raises` or `contextlib.suppress` (what follows the `with` runs; the
+    functions called under `suppress` are followed, where `pytest.raises` says they raise), a
     `try` whose body raises (its handler runs), and an arm that raises (the other arm and the code
     past the `if` still run)."""
     flow = flow_of(program_of("""
     import contextlib
     import pytest
     from torch.distributed.fsdp import fully_shard
+    def shard_part(model):
+        fully_shard(model.s)
     def prepare(model, mode):
         if mode == "fsdp":
             raise RuntimeError("not supported")
@@ -320,6 +323,7 @@ def test_code_past_a_raise_in_its_block_never_runs():
             raise ValueError("expected")
         fully_shard(model.c)
         with contextlib.suppress(KeyError):
+            shard_part(model)
             raise KeyError("expected")
         fully_shard(model.d)
         try:
@@ -330,7 +334,7 @@ def test_code_past_a_raise_in_its_block_never_runs():
         raise SystemExit(0)
         fully_shard(model.g)
     """), "prepare")
-    assert [event.target.path for event in events(flow, model.SHARD)] == [("b",), ("c",), ("d",), ("e",), ("f",)]
+    assert [event.target.path for event in events(flow, model.SHARD)] == [("b",), ("c",), ("s",), ("d",), ("e",), ("f",)]
 
 
 @pytest.mark.parametrize("before_init, stored", [

@@ -639,11 +639,11 @@ class Walker:
             # Under `pytest.raises` / `self.assertRaises` the body raises, where is not known: the
             # functions it calls are not followed (tnt's prepare_fsdp2 rejecting its arguments).
             saved_raising = self.raising
-            catches = any(type(item.item) is cst.Call and (dotted_name(item.item.func) or "").rsplit(".", 1)[-1] in _EXPECTS_RAISE
-                          or self.file.qualify(item.item.func if type(item.item) is cst.Call else item.item) == _SUPPRESS for item in node.items)
-            self.raising = self.raising or catches
+            expects_raise = any(type(item.item) is cst.Call and (dotted_name(item.item.func) or "").rsplit(".", 1)[-1] in _EXPECTS_RAISE
+                                for item in node.items)
+            self.raising = self.raising or expects_raise
             self.walk_suite(node.body, inner)
-            if catches:
+            if expects_raise or any(self.file.qualify(item.item.func if type(item.item) is cst.Call else item.item) == _SUPPRESS for item in node.items):
                 self.path_ended = False  # the block's exception is caught there: what follows the `with` runs
             self.raising = saved_raising
             self.meta_depth -= meta
