@@ -172,6 +172,9 @@ class Walker:
         # Every path through the statement just walked leaves the block (an `if` whose test is known
         # and whose arm taken returns, both arms raising): the rest of the block does not run.
         self.path_ended = False
+        # Where the path ended at a `raise`: how many events the flow had when the raise began (None
+        # where it ended otherwise). An arm whose first event is its raise's marks no code past it.
+        self.raised_at: int | None = None
         self.meta_depth = 0
         self.outer = outer  # statements around the call sites that led here (Event.outer)
         # What holds for every event of this walk, the caller's included (see Event).
@@ -405,6 +408,7 @@ class Walker:
         start, reaching, returned, carried = self.env, [], [], ()
         for number, (walk, exits, suite) in enumerate(arms):
             self.env = dict(start)
+            first_event = len(self.flow.events)
             with self.arm(branching, number):
                 inside = len(self.arms)
                 walk()
@@ -412,7 +416,9 @@ class Walker:
             if not exits and not self.path_ended:
                 reaching.append((number, self.env))
                 carried += tuple(arm for arm in passed if arm not in carried)
-            elif self.path_ended and suite is not None and not leaves_a_loop(suite):
+            elif self.path_ended and suite is not None and not leaves_a_loop(suite) and self.raised_at != first_event:
+                # (`if not ok: raise ValueError(...)`, the arm holding nothing but its raise, has no event
+                # that code past it could be ordered against: no mark, which every later event would carry)
                 returned.append(number)
             self.path_ended = False
         self.env = self.join([env for _, env in reaching]) if reaching else start
@@ -831,7 +837,7 @@ class Walker:
             self.returned = _returned_on_either_path(self.returned, value) if self.returns else value
             self.returns += 1
             self.note_return(value)
-            self.path_ended = True  # what follows in the block does not run (Walker.finish_returns)
+            self.path_ended, self.raised_at = True, None  # what follows in the block does not run (Walker.finish_returns)
         elif type(node) is cst.Assert:
             test = self.expr(node.test, statement, parents)
             if test.rank_test is not None and test.rank_test.pins is not None:
@@ -841,9 +847,11 @@ class Walker:
                 self.expr(node.msg, statement, parents)
             self.facts += self.facts_of(node.test, True)  # the rest of the block runs where it held
         elif type(node) is cst.Raise:
+            raised_at = len(self.flow.events)
             for child in node.children:
                 self.expr(child, statement, parents)
             self.path_ended = True  # what follows in the block never runs (relora's wrap after `raise RuntimeError(...)`)
+            self.raised_at = raised_at
 
     def rank_pinned_to_zero(self, test: cst.CSTNode) -> str | None:
         """The name of the rank that `test` (`rank == 0`, `0 == self.rank`) holds only where it is 0."""
