@@ -118,9 +118,11 @@ class CollectiveOnSomeRanks(Rule):
         if len(call) > 60:
             call = call[:57] + "..."
         reached = f"is {what}" if direct else f"reaches {what} ({' → '.join(event.chain[depth:] + (name,))})"
-        # A full state dict is loaded on every rank (each reading the file); a save keeps its write on rank 0.
+        # A full state dict is loaded on every rank (each reading the file); a save keeps its write on
+        # rank 0; any other collective (a barrier past `if rank == 0: raise ...`) has no file to name.
         remedy = "call it on every rank, each loading the file" if name == "load_state_dict" else \
-            "call it on every rank and keep only the rank-0 work (the file write) under the guard"
+            "call it on every rank and keep only the rank-0 work (the file write) under the guard" if "state_dict" in name else \
+            "call it on every rank and keep only the rank-0 work under the guard"
         return Finding(guard.file, node,
                        f"`{call}` {where} {reached} on some ranks only: the other ranks never join and it hangs; {remedy}",
                        related=() if direct else (at(event, f"`{name}` here"), *calls(flow, event, below=node)))

@@ -49,6 +49,25 @@ def test_two_calls_below_the_guard_names_the_chain():
     assert "save_state → save_checkpoint → gather → get_model_state_dict" in found[0][1]
 
 
+def test_the_remedy_names_the_file_write_only_for_a_state_dict():
+    # Megatron's retro dataset (a set-R judge): rank 0 raises, the others wait at a barrier; there is no
+    # file to keep on rank 0. Near miss: a state dict gathered on rank 0, whose write is the rank-0 work.
+    found = findings("""
+    def check(ok):
+        if not ok:
+            if dist.get_rank() == 0:
+                raise RuntimeError("not found")
+            dist.barrier()
+
+    def save(model):
+        if dist.get_rank() == 0:
+            torch.save(get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)), "ckpt.pt")
+    """)
+    assert [(line, message.rsplit("; ", 1)[-1]) for line, message in found] == [
+        (6, "call it on every rank and keep only the rank-0 work under the guard"),
+        (10, "call it on every rank and keep only the rank-0 work (the file write) under the guard")]
+
+
 def test_through_methods_of_a_class():
     # `self.global_rank == 0` guarding `self.save`, and an instance's method called under a guard.
     assert lines("""
