@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 from fsdplint import distributed
@@ -118,14 +119,20 @@ class CollectiveOnSomeRanks(Rule):
         if len(call) > 60:
             call = call[:57] + "..."
         reached = f"is {what}" if direct else f"reaches {what} ({' → '.join(event.chain[depth:] + (name,))})"
-        # A full state dict is loaded on every rank (each reading the file); a save keeps its write on
-        # rank 0; any other collective (a barrier past `if rank == 0: raise ...`) has no file to name.
+        # A full state dict is loaded on every rank (each reading the file); one gathered to be saved
+        # keeps its write on rank 0; any other collective (a barrier past `if rank == 0: raise ...`, a
+        # checkpoint every rank writes its part of) has no rank-0 file to name.
         remedy = "call it on every rank, each loading the file" if name == "load_state_dict" else \
-            "call it on every rank and keep only the rank-0 work (the file write) under the guard" if "state_dict" in name else \
+            "call it on every rank and keep only the rank-0 work (the file write) under the guard" if _GATHERS_TO_SAVE.search(name) else \
             "call it on every rank and keep only the rank-0 work under the guard"
         return Finding(guard.file, node,
                        f"`{call}` {where} {reached} on some ranks only: the other ranks never join and it hangs; {remedy}",
                        related=() if direct else (at(event, f"`{name}` here"), *calls(flow, event, below=node)))
+
+
+# Collectives that gather what rank 0 then writes: state dicts (`state_dict`, `get_model_state_dict`,
+# `full_optim_state_dict`), `full_tensor`, `summon_full_params`.
+_GATHERS_TO_SAVE = re.compile(r"state_dict|full_tensor|summon_full_params")
 
 
 def _complemented(guard, reaching: set[frozenset[tuple[str, bool]]]) -> bool:
