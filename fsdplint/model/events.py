@@ -225,10 +225,15 @@ class Event:
         under it, or past it: the mark of code past a returning arm is no arm of it, values.Arms)."""
         return next(((key, arm) for key, arm in self.arms if key[1] == id(branching) and type(arm) is int), None)
 
+    def _taken_arms(self) -> dict:
+        """Each branching statement the event runs in an arm of, with that arm (not the marks of code
+        past returning arms)."""
+        return {branching: arm for branching, arm in self.arms if type(arm) is int}
+
     def runs_where_returned(self, other: Event) -> bool:
         """The event runs past a statement one of whose arms holds `other` and returns (values.Arms):
         in a call where `other` runs, this does not; where that arm is not taken, this may."""
-        theirs = {branching: arm for branching, arm in other.arms if type(arm) is int}
+        theirs = other._taken_arms()
         return any(type(arm) is frozenset and theirs.get(branching) in arm for branching, arm in self.arms)
 
     def on_every_path_to(self, other: Event) -> bool:
@@ -237,8 +242,7 @@ class Event:
         of whose arms return or raise, where `other` runs in one of its other arms (eva-clip's
         `set_device(rank)` in `if torch.cuda.is_available():`, whose `else` raises, and the
         `init_process_group` past it) or past it too."""
-        theirs = set(other.arms)
-        taken = {branching: arm for branching, arm in other.arms if type(arm) is int}
+        theirs, taken = set(other.arms), other._taken_arms()
         return all((branching, arm) in theirs or type(arm) is frozenset and branching in taken and taken[branching] not in arm
                    for branching, arm in self.arms)
 

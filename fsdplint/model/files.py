@@ -320,20 +320,25 @@ class _FileIndexer:
     def assign(self, node: cst.Assign) -> None:
         if not self.scopes and type(node.value) is cst.Dict and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name:
             self.model.module_dicts[node.targets[0].target.value] = node.value
-        # Every assignment to an attribute counts: one of a value no call built (`self.module = module`)
-        # is of a type not known ("?"), so that what another class assigns the name is no guess of it
-        # (OneScience's `self.module = nn.ModuleList(...)` in DualPipeV, not its data-parallel wrapper's).
-        callee = (dotted_name(node.value.func) or "?").rsplit(".", 1)[-1] if type(node.value) is cst.Call else "?"
         for target in node.targets:
-            elements = [element.value for element in target.target.elements] if type(target.target) in (cst.Tuple, cst.List) else [target.target]
-            for element in elements:
-                if type(element) is cst.Attribute:
-                    self.model.attribute_types.setdefault(element.attr.value, set()).add(callee if element is target.target else "?")
+            if type(target.target) in (cst.Tuple, cst.List):
+                for element in target.target.elements:
+                    self.attribute_assigned(element.value, None)  # a part of a value: its type not known
+            else:
+                self.attribute_assigned(target.target, node.value)
 
     def annotated_assign(self, node: cst.AnnAssign) -> None:
-        if type(node.target) is cst.Attribute and node.value is not None:
-            built = (dotted_name(node.value.func) or "?").rsplit(".", 1)[-1] if type(node.value) is cst.Call else "?"
-            self.model.attribute_types.setdefault(node.target.attr.value, set()).add(built)
+        if node.value is not None:
+            self.attribute_assigned(node.target, node.value)
+
+    def attribute_assigned(self, target: cst.BaseExpression, value: cst.BaseExpression | None) -> None:
+        """Every assignment to an attribute counts in `attribute_types`: the last name of the call that
+        built the value, or "?" for a value no call built (`self.module = module`), of a type not known,
+        so that what another class assigns the name is no guess of it (OneScience's `self.module =
+        nn.ModuleList(...)` in DualPipeV, not its data-parallel wrapper's)."""
+        if type(target) is cst.Attribute:
+            built = (dotted_name(value.func) or "?").rsplit(".", 1)[-1] if type(value) is cst.Call else "?"
+            self.model.attribute_types.setdefault(target.attr.value, set()).add(built)
 
 
 def lines_code(module: cst.Module, lines: Sequence[cst.EmptyLine]) -> str:

@@ -505,12 +505,11 @@ def _kept_in_attributes(program: Program, init: Flow) -> list[Event]:
             kept = kept_by_base_constructor(program, init.function, given.node, given.args, given.kwargs)
             for attribute, value in kept.items():
                 last[Ref("self", (attribute,))] = given, value
-    kept = []
+    kept, shards = [], list(init.of_kind(SHARD))
     for attribute, (given, value) in last.items():
         made = value.event if value is not None else None
         if made is None and value is not None and value.ref is not None and not value.ref.path:
-            made = next((shard for shard in reversed(list(init.of_kind(SHARD)))
-                         if shard.index < given.index and value.ref in shard.targets), None)
+            made = next((shard for shard in reversed(shards) if shard.index < given.index and value.ref in shard.targets), None)
         if made is not None and made.kind in (SHARD, WRAP) and not (given.arms or given.rank_guards or made.arms or made.rank_guards):
             kept.append(dataclasses.replace(made, targets=made.targets + (attribute,)))
     return kept
