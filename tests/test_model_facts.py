@@ -2850,38 +2850,39 @@ def test_an_element_of_a_container_returned_beside_a_none_of_rank_zero_is_no_obj
     assert saved == [False, True]
 
 
-@pytest.mark.parametrize("passed, tested", [
-    # C-W-D/CasCoD: the caller's `train_config` class, re-exported by its package, tested in the callee
-    # under the caller's name.
-    ("train_config", "train_config.enable_fsdp"),
-    # Near misses: an object the caller made, and an imported object that is no class of the run: the
-    # callee's own parameter, as before.
-    ("Config()", ":cfg.enable_fsdp"),
-    ("DEFAULTS", ":cfg.enable_fsdp"),
+# C-W-D/CasCoD: the caller's `train_config` class, re-exported by its package, is tested in the callee
+# under the caller's name. Near misses: an object the caller made, and an imported object that is no
+# class of the run: the callee's own parameter.
+@pytest.mark.parametrize("passed", ["train_config", "Config()", "DEFAULTS"])
+@pytest.mark.parametrize("package, imported, twin, found", [
+    ("pkg/configs", "pkg.configs", None, True),
+    ("src/configs", "src.configs", None, True),  # C-W-D/CasCoD's `src` has no `__init__.py`
+    # UNITES-Lab/MoE-RBench: a package of one name beside the script (`from configs import train_config`),
+    # and another project of the repository with its own.
+    ("configs", "configs", None, True),
+    ("configs", "configs", "safety/configs", True),
+    # Near misses: a package that only ends in the name imported is another one; two projects'
+    # packages of that name, neither on the script's path.
+    ("other/configs", "configs", None, False),
+    ("robustness/configs", "configs", "safety/configs", False),
 ])
-@pytest.mark.parametrize("namespace", [False, True])  # C-W-D/CasCoD's `src` has no `__init__.py`
-def test_a_parameter_given_a_class_is_that_class(tmp_path, passed, tested, namespace):
+def test_a_parameter_given_a_class_is_that_class(tmp_path, passed, package, imported, twin, found):
     texts = {
-        **({} if namespace else {"pkg/__init__.py": ""}),
-        "pkg/configs/__init__.py": "from .training import DEFAULTS, Config, train_config\n",
-        "pkg/configs/training.py": "class train_config:\n    enable_fsdp = False\n\nclass Config:\n    enable_fsdp = False\n\n"
-                                   "DEFAULTS = Config()\n",
-        "train.py": "import torch\nfrom pkg.configs import DEFAULTS, Config, train_config\n\ndef train(cfg):\n    if cfg.enable_fsdp:\n"
+        f"{package}/__init__.py": "from .training import DEFAULTS, Config, train_config\n",
+        f"{package}/training.py": "class train_config:\n    enable_fsdp = False\n\nclass Config:\n    enable_fsdp = False\n\n"
+                                  "DEFAULTS = Config()\n",
+        "train.py": f"import torch\nfrom {imported} import DEFAULTS, Config, train_config\n\ndef train(cfg):\n    if cfg.enable_fsdp:\n"
                     f"        torch.save({{}}, 'x')\n\ndef main():\n    train({passed})\n",
     }
-    for name, text in texts.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-
-    def parse(name):
-        return model.build_file_model(SourceFile(tmp_path / name, name, texts[name], "utf-8", False), cst.parse_module(texts[name]))
-
-    program = model.Program([parse("train.py")], [model.UnparsedFile(SourceFile(tmp_path / name, name, texts[name], "utf-8", False), lambda source: parse(source.display))
-                                                  for name in texts if name != "train.py"])
-    main = flow_of(program, "main")
+    if package.startswith(("pkg/", "other/")):
+        texts[package.split("/")[0] + "/__init__.py"] = ""
+    if twin:
+        texts.update({f"{twin}/__init__.py": texts[f"{package}/__init__.py"], f"{twin}/training.py": texts[f"{package}/training.py"]})
+    main = flow_of(program_on_disk(tmp_path, texts), "main")
     [save] = [event for event in main.of_kind(model.CALL) if event.qname == "torch.save"]
     [(text, truth)] = save.conditions()
-    assert text.endswith(tested) and (text == "train_config.enable_fsdp") == (passed == "train_config") and truth
+    expected = "train_config.enable_fsdp" if passed == "train_config" and found else ":cfg.enable_fsdp"
+    assert text.endswith(expected) and (":" in text) == (":" in expected) and truth
 
 
 @pytest.mark.parametrize("configured, sharded", [

@@ -358,7 +358,7 @@ class Program:
         for summaries that make following a method cheap."""
         if type(func) is cst.Name and func.value in file.classes:
             return file, func.value
-        return self.class_named(file.qualify(func), through_packages)
+        return self.class_named(file.qualify(func), through_packages, importer=file)
 
     def constructor_flow(self, file: FileModel, qualname: str) -> Flow | None:
         """The flow of the `__init__` objects of the class run (its own or a base's), None without one."""
@@ -388,8 +388,9 @@ class Program:
             return event.file, target.root
         return self.class_built_by_call(event.file, event.node.func, through_packages)
 
-    def class_named(self, qualified: str | None, through_packages: bool = False) -> tuple[FileModel, str] | None:
-        """The class of this run a qualified name names (`class_of`)."""
+    def class_named(self, qualified: str | None, through_packages: bool = False, importer: FileModel | None = None) -> tuple[FileModel, str] | None:
+        """The class of this run a qualified name names (`class_of`), as `importer`, the file that wrote
+        the name, imports it where two classes of the run fit it."""
         if not qualified or distributed.is_torch_name(qualified):
             return None
         module, _, name = qualified.rpartition(".")
@@ -401,6 +402,11 @@ class Program:
         found = [(other, name) for other in classes if _is_module(other.module_name, module)]
         if not found and through_packages:
             found = [(other, name) for other in classes if _inside_package(other.module_name, module)]
+        if len(found) > 1 and importer is not None:
+            # Two projects of one repository, each with its own `configs` package (UNITES-Lab/MoE-RBench):
+            # an import finds the one under a folder on the importer's path.
+            searched = _searched_folders(importer)
+            found = [entry for entry in found if _root_folder(entry[0]) in searched]
         return found[0] if len(found) == 1 else None
 
     def class_lineage(self, file: FileModel, qualname: str, through_packages: bool = False) -> Iterator[tuple[FileModel, str] | str | None]:
@@ -526,14 +532,27 @@ def _is_module(module_name: str, module: str) -> bool:
 
 
 def _inside_package(module_name: str, module: str) -> bool:
-    """The module `module_name` is in the package an import names by its dotted path (`from
-    physicsnemo.utils import f` for `physicsnemo.utils.io`; `from src.configs import c` for
-    `configs.training` where `src` has no `__init__.py`, as `_is_module` reads a module): only a
-    dotted path, which a script's `from utils import f` is not."""
-    if "." not in module:
-        return False
+    """The module `module_name` is in the package an import names (`from physicsnemo.utils import f`
+    for `physicsnemo.utils.io`; `from src.configs import c` for `configs.training` where `src` has no
+    `__init__.py`, as `_is_module` reads a module). A name of one part names a top-level package, as
+    found beside the script: `from configs import c` for `configs.training`, never for
+    `other.configs.training`, a package that only ends in that name."""
     package = module_name.rpartition(".")[0]
+    if "." not in module:
+        return package == module or package.startswith(module + ".")
     return bool(package) and (_is_module(package, module) or _inside_package(package, module))
+
+
+def _root_folder(file: FileModel) -> Path:
+    """The folder a file's module name is counted from: the one above its outermost package."""
+    path = Path(file.source.path).resolve()
+    return path.parents[file.module_name.count(".") + (path.stem == "__init__")]
+
+
+def _searched_folders(importer: FileModel) -> set[Path]:
+    """The folders an import in `importer` may look in first: its own (a script run as
+    `python path/script.py`) and the one its module name is counted from (the project's root)."""
+    return {Path(importer.source.path).resolve().parent, _root_folder(importer)}
 
 
 def _may_define(module_name: str, module: str) -> bool:

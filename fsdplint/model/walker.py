@@ -365,7 +365,7 @@ class Walker:
         for written, factory in ((built_by, None), (head, method)):
             if not written:
                 continue
-            found = (file, written) if written in file.classes else program.class_named(file.qualify_written(written) or written, through_packages=True)
+            found = (file, written) if written in file.classes else program.class_named(file.qualify_written(written) or written, through_packages=True, importer=file)
             if found is not None and (factory is None or (maker := found[0].functions.get(f"{found[1]}.{factory}")) is not None and maker.returns_its_class()):
                 return found
         return None
