@@ -961,8 +961,10 @@ def build():
     assert codes(source.replace("named_modules()", "named_children()")) == [(11, "FSDP102")]
 
 
-def test_a_script_imports_the_module_beside_it_when_two_folders_hold_one_of_that_name(tmp_path: Path):
-    # gpt-fast: tp.py and mixtral-moe/tp.py, each imported by the generate.py beside it.
+@pytest.mark.parametrize("module_file", ["tp.py", "tp/__init__.py"])
+def test_a_script_imports_the_module_beside_it_when_two_folders_hold_one_of_that_name(tmp_path: Path, module_file: str):
+    # gpt-fast: tp.py and mixtral-moe/tp.py, each imported by the generate.py beside it; or a package
+    # of that name beside it.
     parallel = """
         from torch.distributed.fsdp import fully_shard
 
@@ -981,7 +983,8 @@ def test_a_script_imports_the_module_beside_it_when_two_folders_hold_one_of_that
     """
     (tmp_path / "moe").mkdir()
     for folder, block in ((tmp_path, "layers[0]"), (tmp_path / "moe", "experts[0]")):
-        (folder / "tp.py").write_text(textwrap.dedent(parallel.format(block=block)))
+        (folder / module_file).parent.mkdir(exist_ok=True)
+        (folder / module_file).write_text(textwrap.dedent(parallel.format(block=block)))
         (folder / "generate.py").write_text(textwrap.dedent(script))
     found = sorted((str(Path(d.path).resolve().relative_to(tmp_path.resolve())), d.line, d.code) for d in check_paths([tmp_path]))
     assert found == [("generate.py", 7, "FSDP104"), ("moe/generate.py", 7, "FSDP104")]

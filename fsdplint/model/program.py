@@ -463,10 +463,9 @@ class Program:
             return inside[0]
         same_module = [f for f in candidates if _may_define(f.file.module_name, module)]
         if len(same_module) > 1:
-            # Two scripts' folders each with a `tp.py` (gpt-fast): a script imports the one beside it,
-            # its own folder being first on its path.
-            folder = Path(importer.source.path).resolve().parent
-            same_module = [f for f in same_module if Path(f.file.source.path).resolve().parent == folder] or same_module
+            # Two scripts' folders each with a `tp.py` (gpt-fast): a script imports the one on its path.
+            searched = _searched_folders(importer)
+            same_module = [f for f in same_module if _root_folder(f.file) in searched] or same_module
         if len(same_module) == 1:
             return same_module[0]
         if len(candidates) != 1:
