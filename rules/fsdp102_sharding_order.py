@@ -160,20 +160,15 @@ class ShardingOrder(Rule):
 
     @staticmethod
     def _own_state(flow, root, block_shards) -> _OwnState:
-        """What the root's class gives `self` besides the sub-modules sharded here, read from the class
-        that built it (`Composite(...)`, `Composite(...).cuda()`) and its bases: `nn.Module` and classes
-        of the run (Automodel's composite of a base model and a drafter, each sharded, with a
-        checkpointing mixin that holds nothing)."""
-        import libcst as cst
-
-        from fsdplint.model import Value
+        """What the root's class gives `self` besides the sub-modules sharded here and the literals its
+        construction gives it (`num_masks=6`), read from the class that built it (`Flow.class_of_object`:
+        `Composite(...)`, through `.cuda()`) and its bases: `nn.Module` and classes of the run
+        (Automodel's composite of a base model and a drafter, each sharded, with a checkpointing mixin
+        that holds nothing)."""
         from fsdplint.model.syntax import own_attributes
 
-        made = flow.origin(Value(ref=root), len(flow.events))
-        call = made.node if made is not None and type(made.node) is cst.Call else None
-        while call is not None and type(call.func) is cst.Attribute and type(call.func.value) is cst.Call:
-            call = call.func.value  # `Composite(...).cuda()`: the constructor's call
-        found = flow.program.class_of(made.file, call.func) if call is not None else None
+        end = len(flow.events)
+        found = flow.class_of_object(root.root, end)
         if found is None:
             return _OwnState.UNREAD
         held: set[str] = set()
@@ -189,7 +184,7 @@ class ShardingOrder(Rule):
                 return _OwnState.SOMETHING  # `setattr(self, ...)`, `self.register_parameter(...)`
             held |= attributes
         sharded = {target.path[0] for event in block_shards for target in event.targets if target.root == root.root and len(target.path) == 1}
-        return _OwnState.NOTHING if is_module and held <= sharded else _OwnState.SOMETHING
+        return _OwnState.NOTHING if is_module and held <= sharded | flow.literal_attributes(root.root, end) else _OwnState.SOMETHING
 
     @staticmethod
     def _replaced_between(flow, module, start: int, end: int) -> bool:

@@ -1219,3 +1219,26 @@ def test_a_guard_on_a_rank_read_two_ways_on_two_paths(else_rank, expected):
                 torch.save(model.state_dict(), "model.pt")
     """
     assert lines(source) == expected
+
+
+def test_the_state_dict_of_an_fsdp1_module_inside_its_summoned_parameters_gathers_nothing():
+    """YuX-Ren/flowprogen: `with FSDP.summon_full_params(model):` on every rank, then rank 0 alone takes
+    `model.state_dict()` (and loads one) for its EMA copy: the parameters are whole already, and neither
+    gathers (checked on 2 gloo ranks, torch 2.13: no hang). Near misses: another FSDP1 module's state
+    dict in the same block, the module's own past the block, and a summon under the guard itself."""
+    assert lines("""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    def main(net, other_net, ema, rank):
+        model = FSDP(net)
+        other = FSDP(other_net)
+        with FSDP.summon_full_params(model):
+            if rank == 0:
+                ema.load_state_dict(model.state_dict())
+                model.load_state_dict(ema.state_dict())
+                torch.save(other.state_dict(), "other.pt")
+        if rank == 0:
+            torch.save(model.state_dict(), "model.pt")
+            with FSDP.summon_full_params(model):
+                ema.load_state_dict(model.state_dict())
+    """) == [11, 13, 14]

@@ -279,6 +279,54 @@ def test_a_composite_of_modules_each_sharded_holds_nothing_of_its_own():
     assert severities("nn.Module", make="library.Composite") == [(26, "warning")]
 
 
+@pytest.mark.parametrize("given, moved, expected", [
+    # swarajnanda2021/Dinov2_modified: the student holds three modules its caller gives it, each
+    # sharded, and two numbers (a literal default, a literal argument); moved to the GPU and its batch
+    # norms converted, each giving back the same module.
+    ("", ["student = student.cuda()", "student = nn.SyncBatchNorm.convert_sync_batchnorm(student)"], []),
+    (", patch_size=14", [], []),
+    # Near misses: a module given where a number was, and a module given back by code the run cannot read.
+    (", patch_size=nn.Linear(2, 2)", [], ["error"]),
+    ("", ["student = library.wrap(student)"], ["warning"]),
+])
+def test_a_composite_given_its_modules_and_numbers_holds_nothing_of_its_own(given, moved, expected):
+    source = """
+    import torch.nn as nn
+    import library
+    from torch.distributed.fsdp import fully_shard
+
+    class Combined(nn.Module):
+        def __init__(self, backbone, classhead, patchhead, num_masks=6, patch_size=16):
+            super().__init__()
+            self.backbone = backbone
+            self.classhead = classhead
+            self.patchhead = patchhead
+            self.num_masks = num_masks
+            self.patch_size = patch_size
+
+    class Backbone(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Linear(8, 8) for _ in range(4)])
+
+    def shard(student):
+        for block in student.backbone.blocks:
+            fully_shard(block)
+        fully_shard(student.backbone)
+        fully_shard(student.classhead)
+        fully_shard(student.patchhead)
+        return student
+
+    def main(x):
+        student = Combined(Backbone(), nn.Linear(8, 4), nn.Linear(8, 4)GIVEN)
+        MOVED
+        student = shard(student)
+        student(x).sum().backward()
+    """.replace("GIVEN", given).replace("MOVED", "\n        ".join(moved) or "pass")
+    found = [(d.line, str(d.severity)) for d in check_source(textwrap.dedent(source), select=["FSDP102"])]
+    assert found == [(25, severity) for severity in expected]  # at the last block sharded
+
+
 def test_one_line_function_bodies():
     """Found by the fuzzer: `def f(): ...` on one line crashed the model (IndexError). Its events are
     held by the def; no fix places code around the def, where it would run outside the function."""

@@ -3446,3 +3446,36 @@ def test_a_released_program_is_freed_by_reference_counting():
     finally:
         if collector_was_on:
             gc.enable()
+
+
+@pytest.mark.parametrize("moved, built", [
+    ("model = model.cuda()", True),
+    ("model = nn.SyncBatchNorm.convert_sync_batchnorm(model.to('cuda'))", True),
+    # Near misses: what code the run cannot read gives back, and a batch norm's conversion of a part.
+    ("model = library.wrap(model)", False),
+    ("model = nn.SyncBatchNorm.convert_sync_batchnorm(model.head)", False),
+])
+def test_the_object_a_module_method_or_conversion_gives_back_is_the_one_built(moved, built):
+    """Swarajnanda2021/Dinov2_modified: `student = student.cuda()`, then its batch norms converted:
+    still the object `Combined(...)` built, of that class, holding the literals its call gave it."""
+    program = program_of(f"""
+    import torch.nn as nn
+    import library
+
+    class Combined(nn.Module):
+        def __init__(self, head, num_masks=6, patch_size=16, scale=None):
+            super().__init__()
+            self.head = head
+            self.num_masks = num_masks
+            self.patch_size = patch_size
+            self.scale = scale
+
+    def main(scale):
+        model = Combined(nn.Linear(2, 2), patch_size=14, scale=scale)
+        {moved}
+        return model
+    """)
+    flow = flow_of(program, "main")
+    found = flow.class_of_object("model", len(flow.events))
+    assert (found is not None and found[1] == "Combined") == built
+    assert flow.literal_attributes("model", len(flow.events)) == ({"num_masks", "patch_size"} if built else set())

@@ -12,7 +12,7 @@ import libcst as cst
 
 from fsdplint import distributed
 from fsdplint.model.conditions import GROUP_STARTED, can_hold
-from fsdplint.model.constructors import stored_attributes
+from fsdplint.model.constructors import attributes_at, stored_attributes
 from fsdplint.model.events import (
     ASSIGN,
     CALL,
@@ -24,6 +24,7 @@ from fsdplint.model.events import (
     EventKind,
     RankGuard,
 )
+from fsdplint.model.modules import RETURNS_MODULE_GIVEN, RETURNS_SELF
 from fsdplint.model.names import BUILTINS
 from fsdplint.model.strategies import shards_nothing
 from fsdplint.model.syntax import holds_statement, isinstance_classes, parts_that_hold, runs_forever, string_value
@@ -416,8 +417,32 @@ class Flow:
         if function is not None and function.class_name is not None and function.params[:1] == [root] \
                 and not function.decorated_by("staticmethod", "classmethod"):
             return function.file, function.owner
-        classes = [self.program.class_built_by_event(made) for made in self.origins(Value(ref=Ref(root)), before)]
+        classes = [self.program.class_built_by_event(made) for made in self.constructions(root, before)]
         return classes[0] if classes and classes[0] is not None and all(found == classes[0] for found in classes) else None
+
+    def constructions(self, root: str, before: int) -> list[Event]:
+        """The calls that may have built the object the variable `root` holds before event `before`
+        (`origins`), seen through the calls that give back the module they are given: `model.cuda()`,
+        `nn.SyncBatchNorm.convert_sync_batchnorm(model)` (Dinov2_modified's student)."""
+        found: list[Event] = []
+        for made in self.origins(Value(ref=Ref(root)), before):
+            given = made.target if made.kind == METHOD and made.method in RETURNS_SELF else \
+                made.args[0].ref if made.kind == CALL and made.qname in RETURNS_MODULE_GIVEN and made.args else None
+            found += self.constructions(given.root, made.index) if given is not None and not given.path else [made]
+        return found
+
+    def literal_attributes(self, root: str, before: int) -> set[str]:
+        """The attributes of the object `root` holds before event `before` that each construction of it
+        (`constructions`) gives a literal, by an argument or a parameter's default (`num_masks=6`):
+        numbers, strings, flags, never a module or a parameter. None known where a construction is
+        not a call of a class of the run."""
+        found: set[str] | None = None
+        for made in self.constructions(root, before):
+            built = self.program.class_built_by_event(made)
+            known = attributes_at(self.program, *built, made.node, made.args, made.kwargs) if built is not None else {}
+            literal = {attribute for attribute, value in known.items() if value.constant is not None}
+            found = literal if found is None else found & literal
+        return found or set()
 
     def made_by_constructor(self, ref: Ref, before: int) -> tuple[Flow, Event] | None:
         """Where the object an attribute of an object holds (`trainer.scaler`, `self.scaler` in a
@@ -518,7 +543,7 @@ class Flow:
                 # units nested in it, which the wrap's policy may or may not have made.
                 wrap = self.sharding_of(event.target, event.index, fsdp=1, how=Managed.UNIT)
                 # NO_SHARD: every rank holds whole parameters, and its state dict gathers nothing (checked on 2 CPU ranks)
-                if wrap is not None and not shards_nothing(wrap, event):
+                if wrap is not None and not shards_nothing(wrap, event) and not self._summoned(event, wrap):
                     return event.method
             return None
         if event.kind == CALL_VALUE and event.target is not None and self.sharding_of(event.target, event.index, fsdp=None, how=Managed.UNIT):
@@ -555,6 +580,19 @@ class Flow:
         return (constructed and not self.handed_on(module, 0, before)
                 and not any(module.overlaps(target) for shard in self.shard_events() if shard.index < before
                             for target in shard.targets))
+
+    def _summoned(self, event: Event, wrap: Event) -> bool:
+        """`event` runs inside `with FSDP.summon_full_params(m):` of the FSDP1 module `wrap` made: its
+        parameters are already whole on this rank, and its `state_dict()` or `load_state_dict()` there
+        gathers nothing more (rank 0 alone calls each inside a summon of every rank: no hang, 2 gloo
+        ranks, torch 2.13; YuX-Ren/flowprogen's EMA copy)."""
+        for context in event.contexts:
+            if (context.qname or context.method or "").rsplit(".", 1)[-1] != "summon_full_params":
+                continue
+            summoned = context.args[0].ref if context.kind == CALL and context.args else context.target
+            if summoned is not None and self.sharding_of(summoned, context.index, fsdp=1, how=Managed.UNIT) is wrap:
+                return True
+        return False
 
     def _fsdp1_full_state_dict(self, event: Event) -> bool:
         """FSDP1's `state_dict()` and `load_state_dict()` gather unless a `state_dict_type` context (or

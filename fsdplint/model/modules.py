@@ -34,6 +34,9 @@ _TORCH_CONTAINERS = frozenset({"Sequential", "ModuleList", "ModuleDict", "Transf
 _LIBRARY_LAYERS = frozenset({f"transformer_engine.pytorch.{name}" for name in ("Linear", "LayerNormLinear", "LayerNorm", "RMSNorm", "LayerNormMLP", "GroupedLinear")})
 # Module methods whose result is the module itself (`model = model.to(device)` keeps its identity; `Net().to(device)` is what `Net()` built).
 RETURNS_SELF = frozenset({"to", "cuda", "cpu", "to_empty", "train", "eval", "float", "half", "bfloat16", "requires_grad_", "apply"})
+# torch functions whose result is the module they are given, changed in place (`convert_sync_batchnorm`
+# swaps the batch norms inside it; only a batch norm given alone comes back as a new module).
+RETURNS_MODULE_GIVEN = frozenset({"torch.nn.SyncBatchNorm.convert_sync_batchnorm", "torch.nn.modules.batchnorm.SyncBatchNorm.convert_sync_batchnorm"})
 # Parameters and buffers an `__init__` may make and register without building a module
 # (nvidia-resiliency-ext's test model: `self.register_parameter(name, nn.Parameter(...))` only).
 _PARAMETER_CLASSES = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.Buffer", "torch.nn.parameter.Buffer"})
