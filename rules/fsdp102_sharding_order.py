@@ -10,7 +10,8 @@ class _OwnState(Enum):
     """What the root's class gives `self` besides the blocks sharded here."""
 
     NOTHING = "nothing"  # literals and builtins' scalars only: no parameter is left unreduced
-    SOMETHING = "something"  # a module, a parameter, or a value that may be one
+    SOMETHING = "something"  # a module, a parameter, or a value the class makes that may be one
+    GIVEN = "given"  # values its construction gives it (`num_masks=args.num_masks`) that may be modules
     UNREAD = "unread"  # its class, or a base class, is one this run cannot read
 
 
@@ -125,7 +126,7 @@ class ShardingOrder(Rule):
                 continue  # handed to code this run cannot see, or sharded on a path we cannot tell is taken
             if not self._trained(flow, root):
                 continue  # a block sharded and run alone (VeOmni's tests): the root's own parameters are never trained here
-            own_state = self._own_state(flow, root, block_shards)
+            own_state, given = self._own_state(flow, root, block_shards)
             if own_state is _OwnState.NOTHING:
                 continue  # a composite of modules each sharded on its own: the root holds no parameter of its own
             name = local_name(flow, root)
@@ -142,6 +143,11 @@ class ShardingOrder(Rule):
                 yield Finding(last.file, last.node, f"blocks of `{shown}` are sharded but `{shown}` itself never is{via(last)}: "
                               f"if its class holds parameters of its own (it is not in the checked files), they stay plain "
                               f"tensors whose gradients are never reduced", fix, severity=Severity.WARNING, related=calls(flow, last))
+            elif own_state is _OwnState.GIVEN:
+                kept = " or ".join(f"`{shown}.{attribute}`" for attribute in given)
+                yield Finding(last.file, last.node, f"blocks of `{shown}` are sharded but `{shown}` itself never is{via(last)}: "
+                              f"if {kept}, given to its constructor, holds parameters, they stay plain tensors whose "
+                              f"gradients are never reduced", fix, severity=Severity.WARNING, related=calls(flow, last))
             else:
                 yield Finding(last.file, last.node, f"blocks of `{shown}` are sharded but `{shown}` itself never is{via(last)}: "
                               f"its own parameters stay plain tensors whose gradients are never reduced", fix, related=calls(flow, last))
@@ -159,32 +165,38 @@ class ShardingOrder(Rule):
                    or event.kind == OPTIMIZER and any(map(is_root, event.params_of)) for event in flow.of_kind(CALL_VALUE, METHOD, OPTIMIZER))
 
     @staticmethod
-    def _own_state(flow, root, block_shards) -> _OwnState:
-        """What the root's class gives `self` besides the sub-modules sharded here and the literals its
-        construction gives it (`num_masks=6`), read from the class that built it (`Flow.class_of_object`:
-        `Composite(...)`, through `.cuda()`) and its bases: `nn.Module` and classes of the run
-        (Automodel's composite of a base model and a drafter, each sharded, with a checkpointing mixin
-        that holds nothing)."""
+    def _own_state(flow, root, block_shards) -> tuple[_OwnState, list[str]]:
+        """What the root's class gives `self` besides the sub-modules sharded here, read from the class
+        that built it (`Flow.class_of_object`: `Composite(...)`, through `.cuda()`) and its bases:
+        `nn.Module` and classes of the run (Automodel's composite of a base model and a drafter, each
+        sharded, with a checkpointing mixin that holds nothing); with, for GIVEN, the attributes kept
+        from arguments that may be modules (`Flow.attribute_holdings`)."""
+        from fsdplint.model import Holds
         from fsdplint.model.syntax import own_attributes
 
         end = len(flow.events)
-        found = flow.class_of_object(root.root, end)
+        found = flow.class_of_object(root.root, end, through_packages=True)
         if found is None:
-            return _OwnState.UNREAD
+            return _OwnState.UNREAD, []
         held: set[str] = set()
         is_module = False
-        for entry in flow.program.class_lineage(*found):
+        for entry in flow.program.class_lineage(*found, through_packages=True):
             if entry == "torch.nn.Module":
                 is_module = True
                 continue
             if not isinstance(entry, tuple):
-                return _OwnState.UNREAD  # a base this run cannot read
+                return _OwnState.UNREAD, []  # a base this run cannot read
             attributes = own_attributes(entry[0].classes[entry[1]])
             if attributes is None:
-                return _OwnState.SOMETHING  # `setattr(self, ...)`, `self.register_parameter(...)`
+                return _OwnState.SOMETHING, []  # `setattr(self, ...)`, `self.register_parameter(...)`
             held |= attributes
         sharded = {target.path[0] for event in block_shards for target in event.targets if target.root == root.root and len(target.path) == 1}
-        return _OwnState.NOTHING if is_module and held <= sharded | flow.literal_attributes(root.root, end) else _OwnState.SOMETHING
+        holdings = flow.attribute_holdings(root.root, end, through_packages=True)
+        rest = held - sharded - {attribute for attribute, holds in holdings.items() if holds is Holds.NO_PARAMETERS}
+        given = sorted(attribute for attribute in rest if holdings.get(attribute) is Holds.UNKNOWN)
+        if not is_module or rest - set(given):
+            return _OwnState.SOMETHING, []
+        return (_OwnState.GIVEN, given) if given else (_OwnState.NOTHING, [])
 
     @staticmethod
     def _replaced_between(flow, module, start: int, end: int) -> bool:

@@ -288,6 +288,8 @@ def test_a_composite_of_modules_each_sharded_holds_nothing_of_its_own():
     # Near misses: a module given where a number was, and a module given back by code the run cannot read.
     (", patch_size=nn.Linear(2, 2)", [], ["error"]),
     ("", ["student = library.wrap(student)"], ["warning"]),
+    # The real call gives `num_masks=args.num_masks`: a value that may be anything, named in a warning.
+    (", num_masks=args.num_masks", [], ["warning"]),
 ])
 def test_a_composite_given_its_modules_and_numbers_holds_nothing_of_its_own(given, moved, expected):
     source = """
@@ -317,7 +319,7 @@ def test_a_composite_given_its_modules_and_numbers_holds_nothing_of_its_own(give
         fully_shard(student.patchhead)
         return student
 
-    def main(x):
+    def main(x, args):
         student = Combined(Backbone(), nn.Linear(8, 4), nn.Linear(8, 4)GIVEN)
         MOVED
         student = shard(student)
@@ -325,6 +327,9 @@ def test_a_composite_given_its_modules_and_numbers_holds_nothing_of_its_own(give
     """.replace("GIVEN", given).replace("MOVED", "\n        ".join(moved) or "pass")
     found = [(d.line, str(d.severity)) for d in check_source(textwrap.dedent(source), select=["FSDP102"])]
     assert found == [(25, severity) for severity in expected]  # at the last block sharded
+    if "args" in given:
+        [finding] = check_source(textwrap.dedent(source), select=["FSDP102"])
+        assert "if `student.num_masks`, given to its constructor, holds parameters" in finding.message
 
 
 def test_one_line_function_bodies():

@@ -3457,7 +3457,8 @@ def test_a_released_program_is_freed_by_reference_counting():
 ])
 def test_the_object_a_module_method_or_conversion_gives_back_is_the_one_built(moved, built):
     """Swarajnanda2021/Dinov2_modified: `student = student.cuda()`, then its batch norms converted:
-    still the object `Combined(...)` built, of that class, holding the literals its call gave it."""
+    still the object `Combined(...)` built, of that class, holding what its call gave it: a module, two
+    numbers (one a parameter's default), and the caller's parameter, which may be anything."""
     program = program_of(f"""
     import torch.nn as nn
     import library
@@ -3478,4 +3479,6 @@ def test_the_object_a_module_method_or_conversion_gives_back_is_the_one_built(mo
     flow = flow_of(program, "main")
     found = flow.class_of_object("model", len(flow.events))
     assert (found is not None and found[1] == "Combined") == built
-    assert flow.literal_attributes("model", len(flow.events)) == ({"num_masks", "patch_size"} if built else set())
+    holds = {"head": model.Holds.MODULE, "num_masks": model.Holds.NO_PARAMETERS, "patch_size": model.Holds.NO_PARAMETERS,
+             "scale": model.Holds.UNKNOWN}
+    assert flow.attribute_holdings("model", len(flow.events)) == (holds if built else {})

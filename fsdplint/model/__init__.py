@@ -99,6 +99,7 @@ from fsdplint.model.events import (
     Event,
     RankGuard,
 )
+from fsdplint.model.constructors import Holds
 from fsdplint.model.files import FileModel, FunctionInfo, UnparsedFile, build_file_model
 from fsdplint.model.flow import Flow, Loop, Managed
 from fsdplint.model.names import FSDP1_WRAPPER, FSDP2_METHODS, FSDP2_MODULE, FULLY_SHARD, canonical, dotted_name
@@ -123,6 +124,6 @@ from fsdplint.model.walker import FLOW_BUDGET
 __all__ = [
     "ASSIGN", "CALL", "CALL_VALUE", "ENTER", "Element", "FLOW_BUDGET", "FSDP1_WRAPPER", "FSDP2_METHODS", "FSDP2_MODULE", "FULLY_SHARD", "GLOBAL_RANK", "GUARD_AFTER_EXIT",
     "GUARD_BODY", "GUARD_DECORATED", "GUARD_ELSE", "LOCAL_RANK", "Loop", "Managed", "META", "METHOD", "OPTIMIZER", "RANK_COUNT", "RANK_NUMBER", "RANK_PART", "SET_ENV", "SHARD", "SOME_RANK", "UNKNOWN_PART", "WRAP",
-    "Event", "EventKind", "FileModel", "Flow", "FunctionInfo", "GuardBranch", "Program", "Rank", "RankGuard", "RankScope", "RankTest", "Ref", "UnparsedFile", "Value", "build_file_model", "is_rank_number",
+    "Event", "EventKind", "FileModel", "Flow", "FunctionInfo", "GuardBranch", "Holds", "Program", "Rank", "RankGuard", "RankScope", "RankTest", "Ref", "UnparsedFile", "Value", "build_file_model", "is_rank_number",
     "canonical", "dotted_name",
 ]

@@ -18,6 +18,7 @@ the attribute of its name (JHNMACHINE/harold's `TrainState(model=model, ...)`).
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
@@ -137,6 +138,37 @@ def attributes_at(program: Program, file: FileModel, qualname: str, call: cst.Ca
         elif (default := constructor.literal_defaults.get(held.parameter)) is not None:
             known[attribute] = Value(constant=default)
     return known
+
+
+class Holds(enum.Enum):
+    """Whether what an object's attribute holds, kept from its construction, may hold parameters."""
+
+    NO_PARAMETERS = "no parameters"  # a literal (a number, a string, a flag, None) or a number read from the rank
+    MODULE = "a module"  # a module or a parameter that a call of torch.nn builds in the argument
+    UNKNOWN = "unknown"  # any other argument (`args.num_masks`, an object of the caller's)
+
+
+def holdings_at(program: Program, file: FileModel, qualname: str, call: cst.Call, args: tuple[Value, ...],
+                kwargs: Mapping[str, Value]) -> dict[str, Holds]:
+    """What each attribute `stored_attributes` knows holds in the object `call` constructs: whether it
+    may hold parameters, by the literal it is given or the argument the call gives the parameter it
+    keeps. Nothing where the call spreads `*args` or `**kwargs`."""
+    constructor, stored = stored_attributes(program, file, qualname)
+    if constructor is None or any(arg.star for arg in call.args):
+        return {}
+    given = dict(zip(constructor.params, args)) | kwargs
+    found = {}
+    for attribute, held in stored.items():
+        if held.value() is not None or held.parameter not in given and held.parameter in constructor.literal_defaults:
+            found[attribute] = Holds.NO_PARAMETERS
+        elif held.parameter in given:
+            argument = given[held.parameter]
+            made = argument.event.qname if argument.event is not None and argument.ref is None else None
+            found[attribute] = Holds.NO_PARAMETERS if argument.constant is not None else \
+                Holds.MODULE if made and made.startswith("torch.nn.") and made.rsplit(".", 1)[-1][:1].isupper() else Holds.UNKNOWN
+        elif held.parameter is not None:
+            found[attribute] = Holds.UNKNOWN  # a default that is no literal
+    return found
 
 
 def kept_by_base_constructor(program: Program, init: FunctionInfo, call: cst.Call, args: tuple[Value, ...],

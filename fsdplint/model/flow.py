@@ -12,7 +12,7 @@ import libcst as cst
 
 from fsdplint import distributed
 from fsdplint.model.conditions import GROUP_STARTED, can_hold
-from fsdplint.model.constructors import attributes_at, stored_attributes
+from fsdplint.model.constructors import Holds, holdings_at, stored_attributes
 from fsdplint.model.events import (
     ASSIGN,
     CALL,
@@ -409,15 +409,16 @@ class Flow:
         made = self._bindings_before(value, before)
         return [event for event in made if not any(later.index > event.index and later.on_every_path_to(event) for later in made)]
 
-    def class_of_object(self, root: str, before: int) -> tuple[FileModel, str] | None:
+    def class_of_object(self, root: str, before: int, through_packages: bool = False) -> tuple[FileModel, str] | None:
         """The class of the run of the object the variable `root` holds before event `before`: its
         class for `self` of the flow's own method, else the one class every call that may have built
-        it constructs (`origins`); None where that is not known."""
+        it constructs (`constructions`); None where that is not known. With `through_packages`, a
+        class a package re-exports too (`Program.class_of`)."""
         function = self.function
         if function is not None and function.class_name is not None and function.params[:1] == [root] \
                 and not function.decorated_by("staticmethod", "classmethod"):
             return function.file, function.owner
-        classes = [self.program.class_built_by_event(made) for made in self.constructions(root, before)]
+        classes = [self.program.class_built_by_event(made, through_packages) for made in self.constructions(root, before)]
         return classes[0] if classes and classes[0] is not None and all(found == classes[0] for found in classes) else None
 
     def constructions(self, root: str, before: int) -> list[Event]:
@@ -431,18 +432,18 @@ class Flow:
             found += self.constructions(given.root, made.index) if given is not None and not given.path else [made]
         return found
 
-    def literal_attributes(self, root: str, before: int) -> set[str]:
-        """The attributes of the object `root` holds before event `before` that each construction of it
-        (`constructions`) gives a literal, by an argument or a parameter's default (`num_masks=6`):
-        numbers, strings, flags, never a module or a parameter. None known where a construction is
-        not a call of a class of the run."""
-        found: set[str] | None = None
+    def attribute_holdings(self, root: str, before: int, through_packages: bool = False) -> dict[str, Holds]:
+        """Whether the attributes of the object `root` holds before event `before`, kept from its
+        construction, may hold parameters (`constructors.holdings_at`), where every construction of it
+        (`constructions`, a call of a class of the run) agrees: `num_masks=6` holds none. With
+        `through_packages`, a class a package re-exports too (`Program.class_of`)."""
+        found: dict[str, Holds] | None = None
         for made in self.constructions(root, before):
-            built = self.program.class_built_by_event(made)
-            known = attributes_at(self.program, *built, made.node, made.args, made.kwargs) if built is not None else {}
-            literal = {attribute for attribute, value in known.items() if value.constant is not None}
-            found = literal if found is None else found & literal
-        return found or set()
+            built = self.program.class_built_by_event(made, through_packages)
+            known = holdings_at(self.program, *built, made.node, made.args, made.kwargs) if built is not None else {}
+            found = known if found is None else {attribute: holds if holds == known[attribute] else Holds.UNKNOWN
+                                                 for attribute, holds in found.items() if attribute in known}
+        return found or {}
 
     def made_by_constructor(self, ref: Ref, before: int) -> tuple[Flow, Event] | None:
         """Where the object an attribute of an object holds (`trainer.scaler`, `self.scaler` in a
