@@ -1142,8 +1142,11 @@ def test_a_method_an_fsdp1_wrap_hands_on_runs_on_the_module_inside(saved, expect
     # (all-gathers) the parameters, and the other ranks wait in the barrier.
     ("FSDP(Net())", "FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT)", [8]),
     ("FSDP(Net())", "contextlib.nullcontext()", [8]),
-    # Near misses: a sharded state dict loads this rank's shards; NO_SHARD holds whole parameters.
+    ("FSDP(Net())", "FSDP.state_dict_type(model, state_dict_type=StateDictType.FULL_STATE_DICT)", [8]),
+    # Near misses: a sharded state dict loads this rank's shards (one a variable names may be one);
+    # NO_SHARD holds whole parameters.
     ("FSDP(Net())", "FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT)", []),
+    ("FSDP(Net())", "FSDP.state_dict_type(model, path.state_dict_type)", []),
     ("FSDP(Net(), sharding_strategy=ShardingStrategy.NO_SHARD)", "contextlib.nullcontext()", []),
 ])
 def test_a_full_state_dict_loaded_on_rank_zero_alone(wrap, context, expected):

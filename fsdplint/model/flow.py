@@ -26,7 +26,7 @@ from fsdplint.model.events import (
 )
 from fsdplint.model.modules import RETURNS_MODULE_GIVEN, RETURNS_SELF
 from fsdplint.model.names import BUILTINS
-from fsdplint.model.strategies import shards_nothing
+from fsdplint.model.strategies import chooses_full_state_dict, shards_nothing
 from fsdplint.model.syntax import holds_statement, isinstance_classes, parts_that_hold, runs_forever, string_value
 from fsdplint.model.values import RankScope, Ref, Value
 
@@ -600,7 +600,7 @@ class Flow:
         an earlier `set_state_dict_type`) chose a sharded or local state dict."""
         chosen = [context for context in event.contexts if (context.qname or context.method or "").endswith("state_dict_type")]
         chosen = chosen or [e for e in self.events[:event.index] if (e.qname or e.method or "").endswith("set_state_dict_type")]
-        return not chosen or "FULL_STATE_DICT" in chosen[-1].file.code(chosen[-1].node)
+        return not chosen or chooses_full_state_dict(chosen[-1])
 
 
 def _always_enters(statement: cst.CSTNode, inner: cst.CSTNode) -> bool:

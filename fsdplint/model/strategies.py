@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 # FSDP1 strategies that shard parameters (and so the optimizer's state) across the ranks.
 _SHARDING_STRATEGIES = frozenset({"FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"})
 _NO_SHARD = "ShardingStrategy.NO_SHARD"
+_FULL_STATE_DICT = "StateDictType.FULL_STATE_DICT"
 
 
 def shards_nothing(wrap: Event, at: Event | None = None) -> bool:
@@ -57,3 +58,10 @@ def certainly_shards(wrap: Event) -> bool:
         return False
     strategy = wrap.argument(2, "sharding_strategy")
     return strategy is None or (wrap.file.qualify(strategy[0]) or "").rsplit(".", 1)[-1] in _SHARDING_STRATEGIES
+
+
+def chooses_full_state_dict(chooser: Event) -> bool:
+    """`FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT)` (or `set_state_dict_type`): the
+    state dict type it names is the full one; not one a variable or a `*`/`**` argument chooses."""
+    chosen = chooser.argument(1, "state_dict_type")  # (module, state_dict_type, state_dict_config, ...)
+    return chosen is not None and (chooser.file.qualify(chosen[0]) or "").endswith(_FULL_STATE_DICT)
