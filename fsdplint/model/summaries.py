@@ -211,6 +211,7 @@ class Copier:
         self.tuples: dict[tuple[str, int], tuple] = {}
         self.arm_entries: dict[int, tuple] = {}
         self.fact_entries: dict[int, tuple] = {}
+        self.mapped_refs: dict[int, Ref] = {}
 
     # names
 
@@ -225,7 +226,13 @@ class Copier:
         return mapped
 
     def ref(self, ref: Ref | None) -> Ref | None:
-        return None if ref is None else Ref(self.root(ref.root), ref.path)
+        # Each ref mapped once: the walk's events and values share them, and so do their copies.
+        if ref is None:
+            return None
+        mapped = self.mapped_refs.get(id(ref))
+        if mapped is None:
+            mapped = self.mapped_refs[id(ref)] = Ref(self.root(ref.root), ref.path)
+        return mapped
 
     def refs(self, refs):
         return type(refs)(self.ref(ref) for ref in refs) if refs else refs
