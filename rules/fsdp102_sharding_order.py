@@ -21,9 +21,11 @@ class ShardingOrder(Rule):
     Finds `fully_shard` applied top-down (the root before its blocks), and blocks sharded while
     the root is never sharded, though it is trained: its forward runs, or an optimizer is built
     over its parameters. (A block sharded and run on its own, as a test does, is fine.) A root
-    whose class gives `self` nothing but the blocks sharded here and plain numbers holds no
-    parameter of its own and is fine too; where its class (or a base class) is not in the checked
-    files, the finding is a warning: fsdplint cannot see what the root holds.
+    whose class gives `self` nothing but the blocks sharded here and plain numbers (written in the
+    class, or given to its constructor as literals) holds no parameter of its own and is fine too.
+    The finding is a warning where fsdplint cannot see what the root holds: its class (or a base
+    class) is not in the checked files, or it keeps values its constructor is given that may be
+    modules (`num_masks=args.num_masks`), which the message names.
 
     ## Why is this bad?
     `fully_shard` must be applied bottom-up. Sharding a block after its root fails with
