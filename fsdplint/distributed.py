@@ -151,6 +151,11 @@ COLLECTIVE_TOKENS = ("barrier", "all_reduce", "all_gather", "gather_object", "di
                      "optim_state_dict", "FULL_STATE_DICT", "distributed.checkpoint", "dcp.", "unshard", "fully_shard",
                      "FullyShardedDataParallel")
 # FullyShardedDataParallel (FSDP1) static methods that all-gather.
+# Attributes that say whether FSDP1 shards: a flat parameter handle's `uses_sharded_strategy` (what
+# torch's own `FullyShardedDataParallel.clip_grad_norm_` tests over `_all_handles`, and code copied from
+# it), and the wrapped module's `sharding_strategy`.
+HANDLE_SHARDING_ATTRIBUTE = "uses_sharded_strategy"
+MODULE_SHARDING_ATTRIBUTE = "sharding_strategy"
 FSDP1_COLLECTIVES = frozenset({"summon_full_params", "full_optim_state_dict", "optim_state_dict", "sharded_optim_state_dict"})
 
 

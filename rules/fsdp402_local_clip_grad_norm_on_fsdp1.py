@@ -26,7 +26,8 @@ class LocalClipGradNormOnFsdp1(Rule):
     For FSDP2 (`fully_shard`) it is the other way round: the gradients are DTensors,
     `torch.nn.utils.clip_grad_norm_` is the right call, and the module has no `clip_grad_norm_`
     method (see FSDP105). A module with `sharding_strategy=ShardingStrategy.NO_SHARD` holds whole
-    gradients and is not reported.
+    gradients and is not reported, nor is a clip under a test of whether the module shards (torch's
+    own `clip_grad_norm_` clips locally `if` no handle `uses_sharded_strategy`, and code copies it).
 
     ## Example
     ```python
@@ -66,8 +67,8 @@ class LocalClipGradNormOnFsdp1(Rule):
 
         for flow in program.flows:
             for event in flow.of_kind(CALL):
-                if event.qname not in _TORCH_CLIP or not event.args:
-                    continue
+                if event.qname not in _TORCH_CLIP or not event.args or flow.under_type_test(event):
+                    continue  # not a clip, or one that runs only where a test of the module's sharding says (torch's own NO_SHARD path)
                 wrapped = [(module, wrap) for module in sorted(event.args[0].params_of, key=str)
                            if (wrap := flow.sharding_of(module, event.index, fsdp=1)) is not None and not shards_nothing(wrap, event)
                            and not wrap.excludes(event) and flow.isinstance_known(event, module, (FSDP1_WRAPPER,)) is not False]

@@ -102,6 +102,32 @@ def test_clip_in_a_branch_that_excludes_fsdp1_is_silent():
     """, select=["FSDP402"]) == []
 
 
+@pytest.mark.parametrize("test, reported", [
+    # Edward-Sun/easy-to-hard's copy of torch's own `clip_grad_norm_`: the local clip only where no
+    # handle of the module shards, else a norm reduced over the ranks.
+    ("all(not handle.uses_sharded_strategy for handle in model._all_handles)", False),
+    ("model.sharding_strategy == ShardingStrategy.NO_SHARD", False),
+    # Near misses: a test of something else, and the strategy of a module no FSDP1 wrap manages.
+    ("model.training", True),
+    ("other.sharding_strategy == ShardingStrategy.NO_SHARD", True),
+])
+def test_a_local_clip_under_a_test_of_whether_the_module_shards(test, reported):
+    assert codes(f"""
+    def clip_grad_norm_(model, other, max_norm):
+        if isinstance(model, FSDP):
+            all_no_shard = {test}
+            if all_no_shard:
+                return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        total = torch.stack([p.grad.norm() for p in model.parameters()]).norm()
+        dist.all_reduce(total)
+        return total
+
+    def main(other):
+        model = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({{Block}}))
+        clip_grad_norm_(model, other, 1.0)
+    """, select=["FSDP402"]) == ([(5, "FSDP402")] if reported else [])
+
+
 def test_a_branch_made_dead_by_a_literal_argument_is_not_followed():
     body = """
     def step(model, scaler=None):

@@ -3482,3 +3482,28 @@ def test_the_object_a_module_method_or_conversion_gives_back_is_the_one_built(mo
     holds = {"head": model.Holds.MODULE, "num_masks": model.Holds.NO_PARAMETERS, "patch_size": model.Holds.NO_PARAMETERS,
              "scale": model.Holds.UNKNOWN}
     assert flow.attribute_holdings("model", len(flow.events)) == (holds if built else {})
+
+
+@pytest.mark.parametrize("test, tested", [
+    ("all(not handle.uses_sharded_strategy for handle in model._all_handles)", True),
+    ("model.sharding_strategy == ShardingStrategy.NO_SHARD", True),
+    # Near misses: the strategy of a module no FSDP1 wrap manages (a configuration's), and another test.
+    ("config.sharding_strategy == ShardingStrategy.NO_SHARD", False),
+    ("model.training", False),
+])
+def test_a_test_of_whether_an_fsdp1_module_shards_is_a_test_the_model_cannot_answer(test, tested):
+    """Edward-Sun/easy-to-hard's copy of torch's `clip_grad_norm_`: what runs under `if all_no_shard:`
+    runs where the model cannot say (`Flow.under_type_test`)."""
+    program = program_of(f"""
+    import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
+
+    def main(net, config):
+        model = FSDP(net)
+        if {test}:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    """)
+    flow = flow_of(program, "main")
+    [clip] = [event for event in flow.of_kind(model.CALL) if event.qname == "torch.nn.utils.clip_grad_norm_"]
+    assert flow.under_type_test(clip) == tested
+

@@ -513,7 +513,7 @@ class Flow:
         is_distributed: barrier()`, true for FSDP models only).
         """
         name = self._collective_name(event)
-        if name is None or self.type_tested and self._under_type_test(event) or not can_hold(event.facts):
+        if name is None or self.under_type_test(event) or not can_hold(event.facts):
             return None  # a collective where it does not run, or that never runs: no tests around it hold together
         if event.facts and not can_hold(event.facts + ((GROUP_STARTED, True),)):
             return None  # it runs only where `dist.is_initialized()` is false: no other process to wait for
@@ -551,8 +551,10 @@ class Flow:
             return "forward"  # of the module sharded: calling a part of it (`get = module.method; get()`) runs no hook
         return None
 
-    def _under_type_test(self, event: Event) -> bool:
-        return any(in_body and id(node) in self.type_tested for node, in_body in event.branches())
+    def under_type_test(self, event: Event) -> bool:
+        """`event` runs in the body of an `if` on whether a module or tensor is sharded (`Value.type_test`),
+        which the model cannot say: where it runs is not known."""
+        return bool(self.type_tested) and any(in_body and id(node) in self.type_tested for node, in_body in event.branches())
 
     def sharded_only_after(self, event: Event) -> bool:
         """The module a state-dict helper is given is sharded in this flow, or in the flow of the

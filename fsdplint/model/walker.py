@@ -1089,6 +1089,8 @@ class Walker:
                     held = self.constructed_attributes(base, "").get("." + node.attr.value)
                     if held is not None:
                         return held
+                if self.reads_sharding(node.attr.value, base):
+                    return Value(ref=self.ref_of(node), type_test=True)
             # An unassigned name or attribute says by its name whether it is a rank (`self.global_rank`).
             name = node.value if type(node) is cst.Name else node.attr.value
             if type(node) is cst.Name and name in self.file.module_dicts:
@@ -1202,6 +1204,18 @@ class Walker:
                          if named else None)
         return Value(params_of=params, params_read=reads_of(parts))
 
+    def reads_sharding(self, attribute: str, owner: Value) -> bool:
+        """`handle.uses_sharded_strategy`, or `model.sharding_strategy` of a module an FSDP1 wrap manages:
+        whether the module shards, which the model cannot say where the code tests it (a
+        `Value.type_test`: easy-to-hard's copy of torch's `clip_grad_norm_`, `if all_no_shard:` over
+        `_all_handles`, clips locally only where no handle shards)."""
+        if attribute == distributed.HANDLE_SHARDING_ATTRIBUTE:
+            return True
+        if attribute != distributed.MODULE_SHARDING_ATTRIBUTE or owner.ref is None:
+            return False
+        self.flow.asked_sharding.append(owner.ref.root)
+        return self.flow.sharding_of(owner.ref, len(self.flow.events), fsdp=1) is not None
+
     def comparison(self, node: cst.Comparison, statement: cst.CSTNode, parents: tuple) -> Value:
         """`rank == 0`, `dist.get_rank() != 0`, `local_rank in (-1, 0)`: true on some ranks only.
         The same on every rank: `local_rank == -1` and `os.environ.get("RANK") is None` (launched
@@ -1225,6 +1239,8 @@ class Walker:
             # `except ImportError: FSDP = None`: an object of the class exists only where the import
             # worked, and what the rules ask of a module is asked of those.
             return Value(params_of=params, constant=str(operator is cst.IsNot))
+        if any(value.type_test for value in values):
+            return Value(params_of=params, type_test=True)  # `model.sharding_strategy == ShardingStrategy.NO_SHARD`
         compares_rank = any(value.rank is not None for value in values)
         # Two sides that each differ between ranks (`local_rank != other` where `other = local_rank`, or
         # `shard_id` computed from the rank) may agree on every rank: which ranks pass is not known.
