@@ -143,6 +143,27 @@ def test_a_branch_made_dead_by_a_literal_argument_is_not_followed():
     assert codes(body, "step(model, scaler=make_scaler())\n", select=["FSDP402"]) == [(3, "FSDP402")]
 
 
+@pytest.mark.parametrize("call, reported", [
+    # kaistAI/Effects-of-Context-in-Instruction-Tuning: `clipping_norm=-1.0` by default, never passed:
+    # the clip under `if clipping_norm > 0:` never runs.
+    ("step(model)", False),
+    ("step(model, clipping_norm=0.0)", False),
+    # Near misses: a positive norm passed, and one the model cannot read.
+    ("step(model, clipping_norm=1.0)", True),
+    ("step(model, clipping_norm=config.clip)", True),
+])
+def test_a_branch_made_dead_by_a_float_default_is_not_followed(call, reported):
+    assert codes(f"""
+    def step(model, clipping_norm=-1.0):
+        if clipping_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clipping_norm)
+
+    def main(config):
+        model = FSDP(Net(), auto_wrap_policy=ModuleWrapPolicy({{Block}}))
+        {call}
+    """, select=["FSDP402"]) == ([(3, "FSDP402")] if reported else [])
+
+
 def test_clip_fix_keeps_norm_type_and_is_offered_only_where_it_is_the_same_call():
     body = FSDP1_MODEL + textwrap.dedent("""
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, norm_type=2.0)

@@ -3507,3 +3507,27 @@ def test_a_test_of_whether_an_fsdp1_module_shards_is_a_test_the_model_cannot_ans
     [clip] = [event for event in flow.of_kind(model.CALL) if event.qname == "torch.nn.utils.clip_grad_norm_"]
     assert flow.under_type_test(clip) == tested
 
+
+
+@pytest.mark.parametrize("default, test, runs", [
+    ("-1.0", "norm > 0", False),
+    ("0.0", "norm", False),
+    ("1e-4", "norm", True),
+    ("1.5", "norm >= 1", True),
+    ("-1", "norm > 0", False),
+])
+def test_a_number_a_parameter_is_left_decides_a_test_of_it(default, test, runs):
+    """kaistAI/Effects-of-Context-in-Instruction-Tuning's `clipping_norm=-1.0`: a float default, as an
+    integer one, decides the test its caller leaves it to."""
+    program = program_of(f"""
+    import torch
+
+    def step(model, norm={default}):
+        if {test}:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), norm)
+
+    def main(model):
+        step(model)
+    """)
+    flow = flow_of(program, "main")
+    assert any(event.qname == "torch.nn.utils.clip_grad_norm_" for event in flow.of_kind(model.CALL)) == runs

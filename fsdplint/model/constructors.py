@@ -27,7 +27,7 @@ import libcst as cst
 from fsdplint import distributed
 from fsdplint.model.names import CONSTANTS, dotted_name
 from fsdplint.model.ranks import reads_rank
-from fsdplint.model.syntax import bound_names, integer_literal, literal_default
+from fsdplint.model.syntax import bound_names, literal_default, number_literal
 from fsdplint.model.conditions import GROUP_STARTED
 from fsdplint.model.values import RANK_NUMBER, Value
 
@@ -249,7 +249,7 @@ def _generated_by_dataclass(program: Program, file: FileModel, qualname: str) ->
                     return None, ({}, set())  # `field(init=...)`: which parameters there are is not read here
             name = small.target.value
             params.append(name)
-            default = small.value.value if type(small.value) is cst.Name and small.value.value in CONSTANTS else integer_literal(small.value)
+            default = small.value.value if type(small.value) is cst.Name and small.value.value in CONSTANTS else number_literal(small.value)
             if default is not None:
                 defaults[name] = default
             if kind != _INIT_ONLY:

@@ -128,9 +128,16 @@ def parameter_default(function: cst.FunctionDef, name: str) -> cst.BaseExpressio
 
 
 def literal_default(function: cst.FunctionDef, name: str) -> str | None:
-    """"None", "True", "False" or an integer as written (`-1`) when the parameter's default is that literal."""
+    """"None", "True", "False" or a number as written (`-1`, `-1.0`) when the parameter's default is that literal."""
     default = parameter_default(function, name)
-    return default.value if type(default) is cst.Name and default.value in CONSTANTS else integer_literal(default)
+    return default.value if type(default) is cst.Name and default.value in CONSTANTS else number_literal(default)
+
+
+def number_literal(node: cst.CSTNode | None) -> str | None:
+    """A number literal as written, its sign included (`0`, `-1`, `-1.0`, `1e-4`); None for anything else."""
+    if type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus and type(node.expression) in (cst.Integer, cst.Float):
+        return "-" + node.expression.value
+    return node.value if type(node) in (cst.Integer, cst.Float) else None
 
 
 def integer_literal(node: cst.CSTNode | None) -> str | None:

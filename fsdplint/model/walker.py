@@ -65,6 +65,7 @@ from fsdplint.model.syntax import (
     exits_block,
     falsy_defaults,
     integer_literal,
+    number_literal,
     is_group_range,
     is_sign_test,
     isinstance_classes,
@@ -730,13 +731,13 @@ class Walker:
                 if known is not None and type(comparison.operator) in (cst.Is, cst.IsNot):
                     return (known == comparison.comparator.value) == (type(comparison.operator) is cst.Is)
             # `if world_size > 1:` where the call passed `world_size=1`
-            number = _integer(self.parameter_constant(test.left))
-            bound = _integer(integer_literal(comparison.comparator))  # `if rank != -1:` where the call left `rank=-1`
+            number = _number(self.parameter_constant(test.left))
+            bound = _number(number_literal(comparison.comparator))  # `if rank != -1:` where the call left `rank=-1`
             if number is not None and bound is not None and type(comparison.operator) in _ORDERINGS:
                 return _ORDERINGS[type(comparison.operator)](number, bound)
             return None
         known = self.parameter_constant(test)
-        number = _integer(known)
+        number = _number(known)
         return None if known is None else number != 0 if number is not None else known == "True"
 
     def parameter_constant(self, node: cst.CSTNode) -> str | None:
@@ -745,7 +746,7 @@ class Walker:
         if type(node) is cst.Name and node.value in CONSTANTS:
             return node.value
         if type(node) not in (cst.Name, cst.Attribute):
-            return integer_literal(node)
+            return number_literal(node)
         value = self.env.get(dotted_name(node))
         return value.constant if value is not None else None
 
@@ -1070,7 +1071,7 @@ class Walker:
             raise BudgetExhausted
         if type(node) is cst.Name and node.value in CONSTANTS:
             return Value(constant=node.value)
-        if (number := integer_literal(node)) is not None:
+        if (number := number_literal(node)) is not None:
             return Value(constant=number)
         if type(node) is cst.SimpleString:
             text = string_value(node)
@@ -1945,6 +1946,17 @@ def _refs_in(formula) -> Iterator[Ref]:
             yield from _refs_in(part)
     elif type(formula) is tuple and type(formula[1]) is Ref:
         yield formula[1]
+
+
+def _number(literal: str | None) -> float | None:
+    """The value of a number literal (`1`, `0x10`, `-1.0`, `1e-4`); None for anything else."""
+    whole = _integer(literal)
+    if whole is not None or literal is None:
+        return whole
+    try:
+        return float(literal)
+    except ValueError:
+        return None
 
 
 def _integer(literal: str | None) -> int | None:
