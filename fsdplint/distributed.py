@@ -75,6 +75,9 @@ MAIN_PROCESS_DECORATORS = frozenset({"rank_zero_only", "on_main_process", "on_lo
 # Launchers that start processes of a function on this machine, taking (fn, args, nprocs, ...) by position;
 # the function gets the index of its process as its first argument.
 PROCESS_SPAWNERS = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"})
+# Command line dispatchers that run the function they are given (first by position) as the script, in
+# this process, with the command line's arguments: `fire.Fire(main)`.
+SCRIPT_DISPATCHERS = frozenset({"fire.Fire", "typer.run", "jsonargparse.CLI"})
 # Classes that run `target=fn` in a new process of this machine with the `args=` the code gives; a start
 # method's context (`multiprocessing.get_context("spawn")`, a fixture's `mp_ctx`) has one by the last name.
 PROCESS_CLASSES = frozenset({"multiprocessing.Process", "torch.multiprocessing.Process", "multiprocessing.context.Process"})

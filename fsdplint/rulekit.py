@@ -232,11 +232,17 @@ def over_a_group(event: Event) -> bool:
 
 def script_flows(program) -> Iterator[Flow]:
     """The flows that run a script from start to end: each file's top level (with `main()` and what it
-    calls inlined) and the functions `torch.multiprocessing.spawn(fn, ...)` starts. A function no
-    checked file calls may be called by code fsdplint cannot see, which may do what it lacks."""
-    spawned = {id(function.node) for _, _, function in spawns(program)}
+    calls inlined), the functions `torch.multiprocessing.spawn(fn, ...)` starts, and those a script's
+    top level hands a command line dispatcher (`fire.Fire(main)`, kaistAI/Effects-of-Context-in-
+    Instruction-Tuning), which runs it as the script. A function no checked file calls may be called by
+    code fsdplint cannot see, which may do what it lacks."""
+    from fsdplint.model import CALL
+
+    started = {id(function.node) for _, _, function in spawns(program)}
+    started |= {id(function.node) for flow in program.flows if flow.function is None for event in flow.of_kind(CALL)
+                if event.qname in distributed.SCRIPT_DISPATCHERS and (function := _function_passed(program, event, event.argument(0, ""))) is not None}
     for flow in program.flows:
-        if flow.function is None or (flow.is_entry and id(flow.function.node) in spawned):
+        if flow.function is None or (flow.is_entry and id(flow.function.node) in started):
             yield flow
 
 

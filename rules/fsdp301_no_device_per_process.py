@@ -20,8 +20,8 @@ class NoDevicePerProcess(Rule):
     refuses to build the group: `ncclInvalidUsage ... Duplicate GPU detected : rank 1 and rank 0 both
     on CUDA device`. The other GPUs stay idle.
 
-    Only whole scripts are checked (a file's top level and what it calls, or a function started by
-    `torch.multiprocessing.spawn`), since a caller fsdplint cannot see may choose the device; so may
+    Only whole scripts are checked (a file's top level and what it calls, a function started by
+    `torch.multiprocessing.spawn`, or one a command line dispatcher runs: `fire.Fire(main)`), since a caller fsdplint cannot see may choose the device; so may
     a constructor of the script's own classes other than modules (`Trainer(...)`) that chooses one,
     or whose class derives from a library's. Scripts
     that set `CUDA_VISIBLE_DEVICES` per process, assert that they run one process per node

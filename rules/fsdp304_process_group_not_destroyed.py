@@ -29,7 +29,8 @@ class ProcessGroupNotDestroyed(Rule):
     stopped, never torn down.
 
     The script is a file's top level (what runs when it is launched, `main()` under
-    `if __name__ == "__main__":` included) or a function handed to `torch.multiprocessing.spawn`.
+    `if __name__ == "__main__":` included), a function handed to `torch.multiprocessing.spawn`, or
+    one the top level hands a command line dispatcher (`fire.Fire(main)`, `typer.run(main)`).
     Each initialization the script may reach is checked on its own. A `destroy_process_group()`
     anywhere after it counts, unless in another arm of a branch (an `else` the initialization's `if`
     never reaches), through calls to

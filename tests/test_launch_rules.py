@@ -736,6 +736,35 @@ def test_only_whole_scripts_are_checked_for_a_device_and_for_destroy():
     """) == [(5, "FSDP301"), (5, "FSDP304")]
 
 
+@pytest.mark.parametrize("dispatch, reported", [
+    # kaistAI/Effects-of-Context-in-Instruction-Tuning: `fire.Fire(main)` runs `main` as the script.
+    ("fire.Fire(main)", True),
+    ("typer.run(main)", True),
+    # Near misses: the dispatcher given another function, and `main` only passed to unseen code.
+    ("fire.Fire(cleanup)", False),
+    ("library.register(main)", False),
+])
+def test_a_function_a_command_line_dispatcher_runs_is_a_whole_script(dispatch, reported):
+    found = codes(f"""
+    import fire
+    import library
+    import typer
+    import torch
+    import torch.distributed as dist
+
+    def cleanup():
+        pass
+
+    def main(local_rank: int = 0):
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl")
+
+    if __name__ == "__main__":
+        {dispatch}
+    """)
+    assert found == ([(13, "FSDP304")] if reported else [])
+
+
 def test_each_initialization_needs_a_destroy_on_its_own_path():
     """tinuademargaret/minifsdp: a group started in each arm of `init_process`, the only destroy in
     the CPU arm's `except`. The first initialization (gloo) says nothing of the others, and a destroy
