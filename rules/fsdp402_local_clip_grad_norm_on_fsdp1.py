@@ -44,8 +44,9 @@ class LocalClipGradNormOnFsdp1(Rule):
     ## Fix safety
     Safe: the method takes the same `max_norm` and `norm_type` and returns the total norm as
     well, computed over all shards. The fix is offered when the parameters are
-    `model.parameters()` of the wrapped root module and the call runs on every rank (the method is
-    a collective); other arguments (`foreach`, `error_if_nonfinite`) have no counterpart, so such
+    `model.parameters()` of the wrapped root module, the call runs on every rank (the method is
+    a collective) and the module is wrapped on every path to it (after `if args.fsdp: model =
+    FSDP(model)` the plain module has no such method); other arguments (`foreach`, `error_if_nonfinite`) have no counterpart, so such
     calls get no fix.
 
     ## References
@@ -82,19 +83,21 @@ class LocalClipGradNormOnFsdp1(Rule):
                 yield Finding(event.file, event.node,
                               f"`torch.nn.utils.clip_grad_norm_` on `{code(event, parameters)}`, of a module wrapped in "
                               f"`FullyShardedDataParallel` (at {where(wrap)}){via(event)}: each rank clips by the norm of its "
-                              f"own gradient shard; call {advice}, which reduces the norm over all ranks", self._fix(event, root),
+                              f"own gradient shard; call {advice}, which reduces the norm over all ranks", self._fix(event, root, wrap),
                               related=(at(wrap, "wrapped here"), *calls(flow, event)))
 
     @staticmethod
-    def _fix(event, root):
-        """`torch.nn.utils.clip_grad_norm_(model.parameters(), *rest)` -> `model.clip_grad_norm_(*rest)`."""
+    def _fix(event, root, wrap):
+        """`torch.nn.utils.clip_grad_norm_(model.parameters(), *rest)` -> `model.clip_grad_norm_(*rest)`,
+        where the module is wrapped on every path to the clip: past `if args.fsdp: model = FSDP(model)`
+        the plain (or DDP) module has no such method."""
         import libcst as cst
 
         from fsdplint.fixes import Fix, Replace
         from fsdplint.rulekit import code
 
         # The method is a collective of the root wrapper: only for `root.parameters()`, on every rank.
-        if root is None or event.rank_guards:
+        if root is None or event.rank_guards or not wrap.on_every_path_to(event):
             return None
         rest = event.node.args[1:]
         if len(rest) > len(_KEPT_ARGUMENTS) or any(arg.star or arg.keyword is not None and arg.keyword.value not in _KEPT_ARGUMENTS for arg in rest):

@@ -143,6 +143,19 @@ def test_a_branch_made_dead_by_a_literal_argument_is_not_followed():
     assert codes(body, "step(model, scaler=make_scaler())\n", select=["FSDP402"]) == [(3, "FSDP402")]
 
 
+@pytest.mark.parametrize("wrapped, fixed_here", [
+    ("model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))", True),
+    # Near miss: wrapped on some paths only; on the others the module (here DDP's) has no such method.
+    ("if args.fsdp:\n    model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))\nelse:\n    model = DDP(model)", False),
+])
+def test_the_clip_fix_only_where_the_module_is_wrapped_on_every_path(wrapped, fixed_here):
+    source = "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = Net()\n" + wrapped + \
+        "\ntorch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+    [finding] = check_source(HEADER + source, "train.py", select=["FSDP402"])
+    assert (finding.fix is not None) == fixed_here
+    assert ("model.clip_grad_norm_(1.0)" in fixed(source, select=["FSDP402"])) == fixed_here
+
+
 @pytest.mark.parametrize("call, reported", [
     # kaistAI/Effects-of-Context-in-Instruction-Tuning: `clipping_norm=-1.0` by default, never passed:
     # the clip under `if clipping_norm > 0:` never runs.
