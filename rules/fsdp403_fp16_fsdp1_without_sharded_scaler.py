@@ -66,7 +66,9 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
     Replacing the `GradScaler` with `ShardedGradScaler` is safe: it has the same methods and
     state dict and only adds the cross-rank overflow check. It is offered when the arguments are
     passed by name (or only the device by position), since the two constructors order
-    `growth_factor` and `backoff_factor` differently. fp16 with no scaler has no fix: the training
+    `growth_factor` and `backoff_factor` differently. Where the model is wrapped on some paths only
+    (`if args.fsdp:`), the fix is unsafe: a run on another path may start no process group, and
+    `ShardedGradScaler.unscale_` then raises `Default process group has not been initialized`. fp16 with no scaler has no fix: the training
     loop has to scale the loss.
 
     ## References
@@ -103,15 +105,16 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
             for scaler_flow, scaler in _makers(flow, step.target, step):
                 if scaler.kind != CALL or scaler.qname not in _GRAD_SCALERS or _disabled(scaler) or id(scaler) in reported:
                     continue
-                wrap = None
+                wrap, wrap_flow = None, None
                 for optimizer_flow, optimizer in _makers(flow, step.args[0].ref, step, last_only=True) if step.args[0].ref else ():
                     # Past a constructor, its object is as the constructor left it.
                     before = step.index if optimizer_flow is flow else len(optimizer_flow.events)
                     for module in sorted(optimizer.params_of, key=str):
                         found = optimizer_flow.sharding_of(module, before, fsdp=1)
                         # NO_SHARD: every rank holds the whole all-reduced gradients and skips the same steps.
-                        wrap = wrap or (found if found is not None and not (scaler_flow is optimizer_flow and found.excludes(scaler))
-                                        and not shards_nothing(found, step if optimizer_flow is flow else None) else None)
+                        if wrap is None and found is not None and not (scaler_flow is optimizer_flow and found.excludes(scaler)) \
+                                and not shards_nothing(found, step if optimizer_flow is flow else None):
+                            wrap, wrap_flow = found, optimizer_flow
                 if wrap is None:
                     continue
                 reported.add(id(scaler))
@@ -119,10 +122,14 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
                               f"`{scaler.qname}` steps an optimizer over a model wrapped in `FullyShardedDataParallel` "
                               f"(at {where(wrap)}){via(scaler)}: it checks only this rank's gradient shards for overflow, so ranks "
                               f"skip different steps and drift apart; use `ShardedGradScaler` from `{_SHARDED_SCALER_MODULE}`",
-                              self._fix(scaler), related=(at(wrap, "wrapped here"), *calls(scaler_flow, scaler)))
+                              self._fix(scaler, safe=wrap_flow is flow and wrap.on_every_path_to(step)),
+                              related=(at(wrap, "wrapped here"), *calls(scaler_flow, scaler)))
 
     @staticmethod
-    def _fix(scaler):
+    def _fix(scaler, safe: bool):
+        """`GradScaler(...)` -> `ShardedGradScaler(...)`; `safe` where the module is wrapped on every path
+        to the step, so a process group is started: without one, `ShardedGradScaler.unscale_` raises
+        (`Default process group has not been initialized`), as on a run that skips `if args.fsdp:`."""
         import libcst as cst
 
         from fsdplint.fixes import AddImport, DropImportIfUnused, Fix, Replace
@@ -132,7 +139,7 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
         rest = args[1:] if device_first else args
         if any(arg.keyword is None or arg.keyword.value not in _SHARED_KEYWORDS for arg in rest):
             return None
-        return Fix("Use `ShardedGradScaler`, which checks every rank's gradients for overflow", safe=True,
+        return Fix("Use `ShardedGradScaler`, which checks every rank's gradients for overflow", safe=safe,
                    operations=[Replace(scaler.node, lambda call: call.with_changes(func=cst.Name("ShardedGradScaler"))),
                                AddImport(_SHARDED_SCALER_MODULE, ("ShardedGradScaler",)), DropImportIfUnused(scaler.qname)])
 

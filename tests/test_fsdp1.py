@@ -156,6 +156,19 @@ def test_the_clip_fix_only_where_the_module_is_wrapped_on_every_path(wrapped, fi
     assert ("model.clip_grad_norm_(1.0)" in fixed(source, select=["FSDP402"])) == fixed_here
 
 
+@pytest.mark.parametrize("wrapped, safe", [
+    ("model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))", True),
+    # Near miss: wrapped on some paths only; a run on another may start no process group, where
+    # ShardedGradScaler.unscale_ raises (checked: `Default process group has not been initialized`).
+    ("if args.fsdp:\n    model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))", False),
+])
+def test_the_sharded_scaler_fix_is_safe_only_where_the_module_is_wrapped_on_every_path(wrapped, safe):
+    source = "model = Net()\n" + wrapped + "\noptimizer = torch.optim.AdamW(model.parameters())\n" \
+        "scaler = torch.cuda.amp.GradScaler()\nscaler.scale(model(x).sum()).backward()\nscaler.step(optimizer)\n"
+    assert ("ShardedGradScaler()" in fixed(source, select=["FSDP403"])) == safe
+    assert "ShardedGradScaler()" in fixed(source, select=["FSDP403"], unsafe=True)
+
+
 @pytest.mark.parametrize("call, reported", [
     # kaistAI/Effects-of-Context-in-Instruction-Tuning: `clipping_norm=-1.0` by default, never passed:
     # the clip under `if clipping_norm > 0:` never runs.
