@@ -331,6 +331,15 @@ def qualified_reference(file: FileModel, qualified: str) -> str | None:
     return qualified if file.imports.get(head) == head else None
 
 
+def safe_where_sharded(fix: Fix | None, shard: Event, event: Event) -> Fix | None:
+    """`fix`, which calls API of the module `shard` shards or wraps, unsafe where that runs on some
+    paths to `event` only (`if args.fsdp: fully_shard(model)`): the module of the other paths (a plain
+    or DDP one) has no such method."""
+    import dataclasses
+
+    return fix if fix is None or not fix.safe or shard.on_every_path_to(event) else dataclasses.replace(fix, safe=False)
+
+
 def no_sync_fix(event: Event) -> Fix | None:
     """`with m.no_sync(): body` -> `m.set_requires_gradient_sync(False)` + `try: body finally: ...(True)`.
 

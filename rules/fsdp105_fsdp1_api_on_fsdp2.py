@@ -69,7 +69,9 @@ class Fsdp1ApiOnFsdp2Module(Rule):
 
     ## Fix safety
     The fix for `with model.no_sync():` is safe: it turns synchronization off for exactly the body
-    and back on even if the body raises, which is what `no_sync` did under FSDP1. The other forms
+    and back on even if the body raises, which is what `no_sync` did under FSDP1. Where the module
+    is sharded on some paths only (`if args.fsdp:`), it is unsafe: the DDP module of the other paths
+    has `no_sync` and no `set_requires_gradient_sync`. The other forms
     have no automatic fix.
 
     ## References
@@ -85,7 +87,7 @@ class Fsdp1ApiOnFsdp2Module(Rule):
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL, FSDP1_WRAPPER, FSDP2_METHODS, FSDP2_MODULE, METHOD, Managed
-        from fsdplint.rulekit import at, calls, code, no_sync_fix, via, where
+        from fsdplint.rulekit import at, calls, code, no_sync_fix, safe_where_sharded, via, where
 
         # Objects of these classes wrap a module: where a test says the receiver is one, it is not the
         # module `fully_shard` was applied to (which keeps its own class), and their `no_sync` is their own.
@@ -111,7 +113,7 @@ class Fsdp1ApiOnFsdp2Module(Rule):
                     continue
                 if flow.isinstance_known(event, module, (FSDP2_MODULE,), FSDP2_METHODS) is False:
                     continue  # the `else` of `if hasattr(model, "set_requires_gradient_sync"):`: no FSDP2 module gets there
-                fix = no_sync_fix(event) if method == "no_sync" else None
+                fix = safe_where_sharded(no_sync_fix(event), shard, event) if method == "no_sync" else None
                 advice = _FSDP1_METHODS[method].format(m=receiver)
                 sharded = "is sharded" if flow.sharding_of(module, event.index, fsdp=2) is shard else "holds modules sharded"
                 yield Finding(event.file, event.node,

@@ -37,6 +37,8 @@ class ForwardBeforeOptimizer(Rule):
 
     ## Fix safety
     Safe: `reshard()` only frees the unsharded parameters, which the next forward gathers again.
+    Where the module is sharded on some paths only (`if args.fsdp:`), it is unsafe: the plain module
+    of the other paths has no `reshard()`.
 
     ## References
     - [pytorch/pytorch#149205](https://github.com/pytorch/pytorch/issues/149205)
@@ -52,7 +54,7 @@ class ForwardBeforeOptimizer(Rule):
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.fixes import Fix, InsertBefore, parse_statements
         from fsdplint.model import CALL_VALUE, METHOD, OPTIMIZER
-        from fsdplint.rulekit import at, caller_site, calls, code, is_backward, is_simple_statement, via, where
+        from fsdplint.rulekit import at, caller_site, calls, code, is_backward, is_simple_statement, safe_where_sharded, via, where
 
         for flow in program.flows:
             for optimizer in flow.of_kind(OPTIMIZER):
@@ -77,8 +79,9 @@ class ForwardBeforeOptimizer(Rule):
                     built = helper_call or optimizer
                     fix = None
                     if forward.chain == built.chain and forward.file is built.file and is_simple_statement(built.statement):
-                        fix = Fix(f"Call `{name}.reshard()` before building the optimizer", safe=True,
-                                  operations=[InsertBefore(built.statement, parse_statements(built.file, f"{name}.reshard()\n"))])
+                        fix = safe_where_sharded(Fix(f"Call `{name}.reshard()` before building the optimizer", safe=True,
+                                                     operations=[InsertBefore(built.statement, parse_statements(built.file, f"{name}.reshard()\n"))]),
+                                                 shard, built)
                     if helper_call is None:
                         what, related = "this optimizer", (at(forward, "forward here"), *calls(flow, optimizer))
                     else:

@@ -44,10 +44,10 @@ class LocalClipGradNormOnFsdp1(Rule):
     ## Fix safety
     Safe: the method takes the same `max_norm` and `norm_type` and returns the total norm as
     well, computed over all shards. The fix is offered when the parameters are
-    `model.parameters()` of the wrapped root module, the call runs on every rank (the method is
-    a collective) and the module is wrapped on every path to it (after `if args.fsdp: model =
-    FSDP(model)` the plain module has no such method); other arguments (`foreach`, `error_if_nonfinite`) have no counterpart, so such
-    calls get no fix.
+    `model.parameters()` of the wrapped root module and the call runs on every rank (the method is
+    a collective); other arguments (`foreach`, `error_if_nonfinite`) have no counterpart, so such
+    calls get no fix. Where the module is wrapped on some paths only (`if args.fsdp:`), the fix is
+    unsafe: the plain or DDP module of the other paths has no `clip_grad_norm_`.
 
     ## References
     - [FullyShardedDataParallel.clip_grad_norm_](https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.FullyShardedDataParallel.clip_grad_norm_)
@@ -64,7 +64,7 @@ class LocalClipGradNormOnFsdp1(Rule):
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL, FSDP1_WRAPPER
         from fsdplint.model.strategies import shards_nothing
-        from fsdplint.rulekit import at, calls, code, via, where
+        from fsdplint.rulekit import at, calls, code, safe_where_sharded, via, where
 
         for flow in program.flows:
             for event in flow.of_kind(CALL):
@@ -83,21 +83,20 @@ class LocalClipGradNormOnFsdp1(Rule):
                 yield Finding(event.file, event.node,
                               f"`torch.nn.utils.clip_grad_norm_` on `{code(event, parameters)}`, of a module wrapped in "
                               f"`FullyShardedDataParallel` (at {where(wrap)}){via(event)}: each rank clips by the norm of its "
-                              f"own gradient shard; call {advice}, which reduces the norm over all ranks", self._fix(event, root, wrap),
+                              f"own gradient shard; call {advice}, which reduces the norm over all ranks",
+                              safe_where_sharded(self._fix(event, root), wrap, event),
                               related=(at(wrap, "wrapped here"), *calls(flow, event)))
 
     @staticmethod
-    def _fix(event, root, wrap):
-        """`torch.nn.utils.clip_grad_norm_(model.parameters(), *rest)` -> `model.clip_grad_norm_(*rest)`,
-        where the module is wrapped on every path to the clip: past `if args.fsdp: model = FSDP(model)`
-        the plain (or DDP) module has no such method."""
+    def _fix(event, root):
+        """`torch.nn.utils.clip_grad_norm_(model.parameters(), *rest)` -> `model.clip_grad_norm_(*rest)`."""
         import libcst as cst
 
         from fsdplint.fixes import Fix, Replace
         from fsdplint.rulekit import code
 
         # The method is a collective of the root wrapper: only for `root.parameters()`, on every rank.
-        if root is None or event.rank_guards or not wrap.on_every_path_to(event):
+        if root is None or event.rank_guards:
             return None
         rest = event.node.args[1:]
         if len(rest) > len(_KEPT_ARGUMENTS) or any(arg.star or arg.keyword is not None and arg.keyword.value not in _KEPT_ARGUMENTS for arg in rest):

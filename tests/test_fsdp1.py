@@ -145,15 +145,15 @@ def test_a_branch_made_dead_by_a_literal_argument_is_not_followed():
 
 @pytest.mark.parametrize("wrapped, fixed_here", [
     ("model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))", True),
-    # Near miss: wrapped on some paths only; on the others the module (here DDP's) has no such method.
+    # Near miss: wrapped on some paths only; on the others the module (here DDP's) has no such method:
+    # an unsafe fix.
     ("if args.fsdp:\n    model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))\nelse:\n    model = DDP(model)", False),
 ])
-def test_the_clip_fix_only_where_the_module_is_wrapped_on_every_path(wrapped, fixed_here):
+def test_the_clip_fix_is_safe_only_where_the_module_is_wrapped_on_every_path(wrapped, fixed_here):
     source = "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = Net()\n" + wrapped + \
         "\ntorch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
-    [finding] = check_source(HEADER + source, "train.py", select=["FSDP402"])
-    assert (finding.fix is not None) == fixed_here
     assert ("model.clip_grad_norm_(1.0)" in fixed(source, select=["FSDP402"])) == fixed_here
+    assert "model.clip_grad_norm_(1.0)" in fixed(source, select=["FSDP402"], unsafe=True)
 
 
 @pytest.mark.parametrize("wrapped, safe", [
@@ -167,6 +167,21 @@ def test_the_sharded_scaler_fix_is_safe_only_where_the_module_is_wrapped_on_ever
         "scaler = torch.cuda.amp.GradScaler()\nscaler.scale(model(x).sum()).backward()\nscaler.step(optimizer)\n"
     assert ("ShardedGradScaler()" in fixed(source, select=["FSDP403"])) == safe
     assert "ShardedGradScaler()" in fixed(source, select=["FSDP403"], unsafe=True)
+
+
+@pytest.mark.parametrize("sharded, safe", [
+    ("for layer in model:\n    fully_shard(layer)\nfully_shard(model)", True),
+    # Near miss: sharded on some paths only; the module of the others has neither `reshard()` nor
+    # `set_requires_gradient_sync`: unsafe fixes.
+    ("if args.fsdp:\n    for layer in model:\n        fully_shard(layer)\n    fully_shard(model)", False),
+])
+def test_fixes_calling_fsdp2_methods_are_safe_only_where_the_module_is_sharded_on_every_path(sharded, safe):
+    source = "model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))\n" + sharded + \
+        "\nmodel(x)\noptimizer = torch.optim.AdamW(model.parameters())\nwith model.no_sync():\n    model(x).sum().backward()\n"
+    assert [d.code for d in check_source(HEADER + source, "train.py", select=["FSDP105", "FSDP108"])] == ["FSDP108", "FSDP105"]
+    for unsafe in (False, True):
+        result = fixed(source, select=["FSDP105", "FSDP108"], unsafe=unsafe)
+        assert ("model.reshard()" in result and "set_requires_gradient_sync(False)" in result) == (safe or unsafe)
 
 
 @pytest.mark.parametrize("call, reported", [
