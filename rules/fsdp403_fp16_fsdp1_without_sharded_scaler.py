@@ -122,7 +122,8 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
                               f"`{scaler.qname}` steps an optimizer over a model wrapped in `FullyShardedDataParallel` "
                               f"(at {where(wrap)}){via(scaler)}: it checks only this rank's gradient shards for overflow, so ranks "
                               f"skip different steps and drift apart; use `ShardedGradScaler` from `{_SHARDED_SCALER_MODULE}`",
-                              self._fix(scaler, safe=wrap_flow is flow and wrap.on_every_path_to(step)),
+                              # In a constructor's flow (`self.model = FSDP(...)`), wrapped wherever it runs: in no arm.
+                              self._fix(scaler, safe=wrap.on_every_path_to(step) if wrap_flow is flow else not wrap.arms),
                               related=(at(wrap, "wrapped here"), *calls(scaler_flow, scaler)))
 
     @staticmethod

@@ -400,6 +400,27 @@ def test_a_plain_scaler_a_constructor_keeps_and_a_method_steps(wrap, caller, exp
     """, caller, select=["FSDP403"]) == expected
 
 
+@pytest.mark.parametrize("wrap, safe", [
+    ("self.model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))", True),
+    # Near miss: the constructor wraps on some paths only: the scaler's fix is unsafe.
+    ("self.model = model\n            if use_fsdp:\n                self.model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))", False),
+])
+def test_the_sharded_scaler_fix_for_a_constructor_that_wraps(wrap, safe):
+    source = f"""
+    class Trainer:
+        def __init__(self, model, use_fsdp):
+            {wrap}
+            self.scaler = torch.cuda.amp.GradScaler()
+            self.optimizer = torch.optim.AdamW(self.model.parameters())
+
+        def train_step(self, x):
+            self.scaler.scale(self.model(x).sum()).backward()
+            self.scaler.step(self.optimizer)
+    """
+    assert ("ShardedGradScaler()" in fixed(source, select=["FSDP403"])) == safe
+    assert "ShardedGradScaler()" in fixed(source, select=["FSDP403"], unsafe=True)
+
+
 def test_rank_zero_guards_in_their_forms():
     for guard in ("dist.get_rank() == 0", "rank == 0", "0 == self.global_rank", "accelerator.is_main_process",
                   "int(os.environ['RANK']) == 0", "args.local_rank == 0 and resume"):
