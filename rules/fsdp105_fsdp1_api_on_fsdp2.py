@@ -83,7 +83,7 @@ class Fsdp1ApiOnFsdp2Module(Rule):
     name = "fsdp1-api-on-fsdp2-module"
     summary = "FSDP1 API (`no_sync`, `clip_grad_norm_`, `summon_full_params`, `state_dict_type`) used on an FSDP2 module"
     severity = Severity.ERROR
-    fix_availability = FixAvailability.SAFE
+    fix_availability = FixAvailability.SOMETIMES_SAFE
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.model import CALL, FSDP1_WRAPPER, FSDP2_METHODS, FSDP2_MODULE, METHOD, Managed

@@ -49,7 +49,7 @@ class ForwardBeforeOptimizer(Rule):
     name = "forward-before-optimizer"
     summary = "Forward between `fully_shard` and the optimizer without `reshard()`"
     severity = Severity.ERROR
-    fix_availability = FixAvailability.SAFE
+    fix_availability = FixAvailability.SOMETIMES_SAFE
 
     def check(self, program) -> Iterable[Finding]:
         from fsdplint.fixes import Fix, InsertBefore, parse_statements

@@ -58,7 +58,7 @@ class LocalClipGradNormOnFsdp1(Rule):
     name = "local-clip-grad-norm-on-fsdp1"
     summary = "`torch.nn.utils.clip_grad_norm_` on an FSDP1 model clips each rank by its local norm"
     severity = Severity.ERROR
-    fix_availability = FixAvailability.SAFE
+    fix_availability = FixAvailability.SOMETIMES_SAFE
     trigger_tokens = ("FullyShardedDataParallel", "clip_grad_norm_")
 
     def check(self, program) -> Iterable[Finding]:

@@ -80,7 +80,7 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
     name = "fp16-fsdp1-without-sharded-scaler"
     summary = "fp16 under FSDP1 without `ShardedGradScaler`"
     severity = Severity.ERROR
-    fix_availability = FixAvailability.SAFE
+    fix_availability = FixAvailability.SOMETIMES_SAFE
     trigger_tokens = ("FullyShardedDataParallel", "GradScaler")
 
     def check(self, program) -> Iterable[Finding]:
