@@ -143,45 +143,36 @@ def test_a_branch_made_dead_by_a_literal_argument_is_not_followed():
     assert codes(body, "step(model, scaler=make_scaler())\n", select=["FSDP402"]) == [(3, "FSDP402")]
 
 
-@pytest.mark.parametrize("wrapped, fixed_here", [
-    ("model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))", True),
-    # Near miss: wrapped on some paths only; on the others the module (here DDP's) has no such method:
-    # an unsafe fix.
-    ("if args.fsdp:\n    model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))\nelse:\n    model = DDP(model)", False),
-])
-def test_the_clip_fix_is_safe_only_where_the_module_is_wrapped_on_every_path(wrapped, fixed_here):
-    source = "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = Net()\n" + wrapped + \
-        "\ntorch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
-    assert ("model.clip_grad_norm_(1.0)" in fixed(source, select=["FSDP402"])) == fixed_here
-    assert "model.clip_grad_norm_(1.0)" in fixed(source, select=["FSDP402"], unsafe=True)
+# Each rule's fix that calls FSDP API on the module (or, FSDP403's, needs the process group a wrap
+# starts): the code around the sharding, the sharding, and what its fix writes.
+_FSDP_API_FIXES = {
+    "FSDP402": ("model = Net()\n", "model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))",
+                "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n", ["model.clip_grad_norm_(1.0)"]),
+    "FSDP403": ("model = Net()\n", "model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))",
+                "optimizer = torch.optim.AdamW(model.parameters())\nscaler = torch.cuda.amp.GradScaler()\n"
+                "scaler.scale(model(x).sum()).backward()\nscaler.step(optimizer)\n", ["ShardedGradScaler()"]),
+    "FSDP105 FSDP108": ("model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))\n",
+                        "for layer in model:\n    fully_shard(layer)\nfully_shard(model)",
+                        "model(x)\noptimizer = torch.optim.AdamW(model.parameters())\nwith model.no_sync():\n    model(x).sum().backward()\n",
+                        ["model.reshard()", "set_requires_gradient_sync(False)"]),
+}
 
 
-@pytest.mark.parametrize("wrapped, safe", [
-    ("model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))", True),
-    # Near miss: wrapped on some paths only; a run on another may start no process group, where
-    # ShardedGradScaler.unscale_ raises (checked: `Default process group has not been initialized`).
-    ("if args.fsdp:\n    model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}))", False),
-])
-def test_the_sharded_scaler_fix_is_safe_only_where_the_module_is_wrapped_on_every_path(wrapped, safe):
-    source = "model = Net()\n" + wrapped + "\noptimizer = torch.optim.AdamW(model.parameters())\n" \
-        "scaler = torch.cuda.amp.GradScaler()\nscaler.scale(model(x).sum()).backward()\nscaler.step(optimizer)\n"
-    assert ("ShardedGradScaler()" in fixed(source, select=["FSDP403"])) == safe
-    assert "ShardedGradScaler()" in fixed(source, select=["FSDP403"], unsafe=True)
-
-
-@pytest.mark.parametrize("sharded, safe", [
-    ("for layer in model:\n    fully_shard(layer)\nfully_shard(model)", True),
-    # Near miss: sharded on some paths only; the module of the others has neither `reshard()` nor
-    # `set_requires_gradient_sync`: unsafe fixes.
-    ("if args.fsdp:\n    for layer in model:\n        fully_shard(layer)\n    fully_shard(model)", False),
-])
-def test_fixes_calling_fsdp2_methods_are_safe_only_where_the_module_is_sharded_on_every_path(sharded, safe):
-    source = "model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))\n" + sharded + \
-        "\nmodel(x)\noptimizer = torch.optim.AdamW(model.parameters())\nwith model.no_sync():\n    model(x).sum().backward()\n"
-    assert [d.code for d in check_source(HEADER + source, "train.py", select=["FSDP105", "FSDP108"])] == ["FSDP108", "FSDP105"]
+@pytest.mark.parametrize("select", list(_FSDP_API_FIXES))
+@pytest.mark.parametrize("on_every_path", [True, False])
+def test_fixes_that_need_the_module_sharded_are_safe_only_where_it_is_on_every_path(select, on_every_path):
+    """Near miss of each: sharded on some paths only (`if args.fsdp:`), where the module of the other
+    paths (plain, or DDP) has no `clip_grad_norm_`, `reshard()` or `set_requires_gradient_sync`, and
+    may run with no process group, where `ShardedGradScaler.unscale_` raises (checked: `Default process
+    group has not been initialized`): unsafe fixes."""
+    before, sharding, after, written = _FSDP_API_FIXES[select]
+    if not on_every_path:
+        sharding = "if args.fsdp:\n" + textwrap.indent(sharding, "    ")
+    source = before + sharding + "\n" + after
+    assert len(check_source(HEADER + source, "train.py", select=select.split())) == len(select.split())
     for unsafe in (False, True):
-        result = fixed(source, select=["FSDP105", "FSDP108"], unsafe=unsafe)
-        assert ("model.reshard()" in result and "set_requires_gradient_sync(False)" in result) == (safe or unsafe)
+        result = fixed(source, select=select.split(), unsafe=unsafe)
+        assert all(text in result for text in written) == (on_every_path or unsafe)
 
 
 @pytest.mark.parametrize("call, reported", [
