@@ -62,15 +62,23 @@ another element the model does not know is no one object (`Flow.per_pass`). A fu
 `@torch.no_grad()` runs its body inside that context, as a `with` would (`Walker.walk_function`).
 
 Objects: a method is resolved by the class that built its receiver (`Flow.origins`), a classmethod
-factory's included (`Program.class_built_by_call`); a static or class method called on a class of the
-file is walked there. What an object's constructor built into an attribute, by its only assignment, is
+factory's included (`Program.class_built_by_call`), seen through the calls that give back the module
+they are given (`model.cuda()`, `convert_sync_batchnorm(model)`: `Flow.constructions`); a static or
+class method called on a class of the file is walked there. What an object's attributes hold from its
+construction says whether they may hold parameters (`Flow.attribute_holdings`: a literal never does).
+An import names the class or function of the module under a folder on the importer's path where two
+projects of a repository each define one. What an object's constructor built into an attribute, by its only assignment, is
 made there (`Flow.made_by_constructor`, in the constructor's flow); what it sharded on every path and
 kept in an attribute (itself, through a base's constructor, or sharded in place) is sharded in the
 object's attributes wherever its caller runs its methods (`Flow.sharding_of`). Code past a `raise` in
 its block never runs, but under `pytest.raises` or `contextlib.suppress`. A rank test the tests around it
 decide is no guard there; a walk that read them is copied only where they are the same. Whether the
 process is in a process group (`dist.is_initialized()`, a name or a constructor's attribute bound to it)
-is one atom of the facts (`conditions.GROUP_STARTED`): no collective runs where it is false.
+is one atom of the facts (`conditions.GROUP_STARTED`): no collective runs where it is false. A test of
+whether a module or tensor is sharded that the model cannot answer (`isinstance(x, DTensor)` of an
+unknown object, a handle's `uses_sharded_strategy`, an FSDP1 module's `sharding_strategy`) is a
+`Value.type_test`: where the code under it runs is not known (`Flow.under_type_test`). Number literals,
+integers and floats, decide the tests of the names they are given (`clipping_norm=-1.0`).
 
 The modules, one job each: `names` (qualified names), `values` (refs, values, ranks), `events` (events,
 their kinds, guards and arms), `syntax` (LibCST shapes), `files` (one file's index), `flow` (one
