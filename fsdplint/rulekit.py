@@ -240,7 +240,7 @@ def script_flows(program) -> Iterator[Flow]:
 
     started = {id(function.node) for _, _, function in spawns(program)}
     started |= {id(function.node) for flow in program.flows if flow.function is None for event in flow.of_kind(CALL)
-                if event.qname in distributed.SCRIPT_DISPATCHERS and (function := _function_passed(program, event, event.argument(0, ""))) is not None}
+                if event.qname in distributed.SCRIPT_DISPATCHERS and (function := _function_passed(program, event, event.argument(0, "component"))) is not None}
     for flow in program.flows:
         if flow.function is None or (flow.is_entry and id(flow.function.node) in started):
             yield flow

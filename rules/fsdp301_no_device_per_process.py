@@ -21,7 +21,8 @@ class NoDevicePerProcess(Rule):
     on CUDA device`. The other GPUs stay idle.
 
     Only whole scripts are checked (a file's top level and what it calls, a function started by
-    `torch.multiprocessing.spawn`, or one a command line dispatcher runs: `fire.Fire(main)`), since a caller fsdplint cannot see may choose the device; so may
+    `torch.multiprocessing.spawn`, or one a command line dispatcher runs: `fire.Fire(main)`), since
+    a caller fsdplint cannot see may choose the device; so may
     a constructor of the script's own classes other than modules (`Trainer(...)`) that chooses one,
     or whose class derives from a library's. Scripts
     that set `CUDA_VISIBLE_DEVICES` per process, assert that they run one process per node
