@@ -47,9 +47,9 @@ class SamplerEpochNotSet(Rule):
     Safe: the fix inserts `sampler.set_epoch(epoch)` as the first statement of the epoch loop,
     with the loop's own variable, as the `DistributedSampler` documentation shows. It is offered
     when the loop is `for <name> in range(...)` with a block body, in the function that builds the
-    sampler or the loader, which names it (`sampler.set_epoch` or `loader.sampler.set_epoch`) in a
-    variable nothing else is assigned to (on another path it could hold a sampler with no
-    `set_epoch`, such as a `RandomSampler`).
+    sampler or the loader, which names it (`sampler.set_epoch` or `loader.sampler.set_epoch`). Where
+    the sampler is built on some paths only (`if distributed:`, else `None` or a `RandomSampler`,
+    which has no `set_epoch`), the call is guarded: `if hasattr(sampler, "set_epoch"):`.
 
     ## References
     - [DistributedSampler](https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler)
@@ -119,21 +119,22 @@ class SamplerEpochNotSet(Rule):
         if made is None or made.qname != "range" or len(epochs.chain) != 1:
             return None
         def name_of(made):
-            """The variable of `made`'s result in the loop's function, when nothing else is ever assigned to
-            it (`sampler = RandomSampler(...)` on another path would have no `set_epoch`)."""
-            if made.binding is None or len(made.chain) != 1 or len(flow.bindings.get(Ref(made.binding.root), ())) != 1:
-                return None
-            return local_name(flow, made.binding)
+            """The variable of `made`'s result in the loop's function."""
+            return local_name(flow, made.binding) if made.binding is not None and len(made.chain) == 1 else None
 
-        if sampler.binding is not None and name_of(sampler) is None:
-            return None  # the variable may hold another sampler, which `loader.sampler` would be too
         names = [f"{name}.set_epoch" for name in [name_of(sampler)] if name]
-        names += [f"{name}.sampler.set_epoch" for name in [name_of(loader)] if name]
+        names += [f"{name}.sampler.set_epoch" for name in [name_of(loader)] if name
+                  and len(flow.bindings.get(Ref(loader.binding.root), ())) == 1]
         if not names:
             return None
         call = f"{names[0]}({node.target.value})"
+        statement = call + "\n"
+        if sampler.binding is not None and (not sampler.on_every_path_to(loader) or len(flow.bindings.get(Ref(sampler.binding.root), ())) != 1):
+            # The sampler is built on some paths only (`if distributed:`, else None or a `RandomSampler`,
+            # which has no `set_epoch`): the call, only where the variable holds one that has it.
+            statement = f'if hasattr({names[0].rsplit(".", 1)[0]}, "set_epoch"):\n    {call}\n'
         return Fix(f"Call `{call}` at the start of each epoch", safe=True,
-                   operations=[InsertBefore(node.body.body[0], parse_statements(epochs.file, call + "\n"))])
+                   operations=[InsertBefore(node.body.body[0], parse_statements(epochs.file, statement))])
 
 
 def _shuffles(sampler) -> bool:

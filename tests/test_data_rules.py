@@ -231,14 +231,17 @@ def test_an_evaluation_loop_in_a_function_decorated_no_grad_needs_no_new_order(d
     assert lines(source, "FSDP311") == expected
 
 
-def test_sampler_epoch_fix_needs_a_variable_that_only_ever_holds_the_sampler():
-    source = """
+@pytest.mark.parametrize("other", ["torch.utils.data.RandomSampler(dataset)", "None"])
+def test_sampler_epoch_fix_guards_a_variable_that_may_hold_another_sampler(other):
+    """On another path the variable holds a `RandomSampler`, or None (a script that starts no group,
+    `if distributed:`): neither has `set_epoch`, so the fix calls it only where the variable has it."""
+    source = f"""
     def train(model, dataset, use_dist):
         fully_shard(model)
         if use_dist:
             sampler = DistributedSampler(dataset)
         else:
-            sampler = torch.utils.data.RandomSampler(dataset)
+            sampler = {other}
         loader = DataLoader(dataset, sampler=sampler)
         for epoch in range(3):
             for x in loader:
@@ -246,9 +249,11 @@ def test_sampler_epoch_fix_needs_a_variable_that_only_ever_holds_the_sampler():
     """
     assert lines(source, "FSDP311") == [9]
     text = textwrap.dedent(HEADER) + textwrap.dedent(source)
-    assert fix_source(text, select=["FSDP311"]) == text
+    guarded = '    for epoch in range(3):\n        if hasattr(sampler, "set_epoch"):\n            sampler.set_epoch(epoch)\n        for x in loader:'
+    assert guarded in fix_source(text, select=["FSDP311"])
+    # Near miss: built on every path, the variable holds only it: the call alone.
     single = text.replace("    if use_dist:\n        sampler = DistributedSampler(dataset)\n    else:\n"
-                          "        sampler = torch.utils.data.RandomSampler(dataset)\n", "    sampler = DistributedSampler(dataset)\n")
+                          f"        sampler = {other}\n", "    sampler = DistributedSampler(dataset)\n")
     assert "    for epoch in range(3):\n        sampler.set_epoch(epoch)\n        for x in loader:" in fix_source(single, select=["FSDP311"])
 
 
