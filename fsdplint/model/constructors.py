@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 import libcst as cst
 
@@ -116,27 +116,40 @@ def attribute_built_by(program: Program, file: FileModel, qualname: str, attribu
     return held.built_by if held is not None else None
 
 
+def _kept_at(program: Program, file: FileModel, qualname: str, call: cst.Call, args: tuple[Value, ...],
+             kwargs: Mapping[str, Value]) -> Iterator[tuple[str, Value | None, bool]]:
+    """Each attribute `stored_attributes` knows, with what the object `call` constructs holds there and
+    whether that is an argument of the call: what every object holds, the argument the call gives the
+    parameter it keeps, or that parameter's literal default; None for a default that is no literal.
+    Nothing where the call spreads `*args` or `**kwargs`."""
+    constructor, stored = stored_attributes(program, file, qualname)
+    if not stored or any(arg.star for arg in call.args):
+        return
+    given = dict(zip(constructor.params, args)) | kwargs
+    for attribute, held in stored.items():
+        if (value := held.value()) is not None:
+            yield attribute, value, False
+        elif held.parameter in given:
+            yield attribute, given[held.parameter], True
+        elif (default := constructor.literal_defaults.get(held.parameter)) is not None:
+            yield attribute, Value(constant=default), False
+        elif held.parameter is not None:
+            yield attribute, None, False
+
+
 def attributes_at(program: Program, file: FileModel, qualname: str, call: cst.Call, args: tuple[Value, ...],
                   kwargs: Mapping[str, Value]) -> dict[str, Value]:
     """What the object `call` constructs holds in its attributes: those of every object, and a parameter
     stored that the call gives a literal or an object of the caller (the same object), or leaves to
     its literal default. Nothing where the call spreads `*args` or `**kwargs`."""
-    constructor, stored = stored_attributes(program, file, qualname)
-    if not stored or any(arg.star for arg in call.args):
-        return {}
-    given = dict(zip(constructor.params, args)) | kwargs
     known = {}
-    for attribute, held in stored.items():
-        if (value := held.value()) is not None:
+    for attribute, value, argument in _kept_at(program, file, qualname, call, args, kwargs):
+        if value is not None and not argument:
             known[attribute] = value
-        elif held.parameter in given:
-            argument = given[held.parameter]
-            if argument.constant is not None:
-                known[attribute] = Value(constant=argument.constant)
-            elif argument.ref is not None:
-                known[attribute] = argument  # the object the call gave: the caller's `model` in `Trainer(model)`
-        elif (default := constructor.literal_defaults.get(held.parameter)) is not None:
-            known[attribute] = Value(constant=default)
+        elif value is not None and value.constant is not None:
+            known[attribute] = Value(constant=value.constant)
+        elif value is not None and value.ref is not None:
+            known[attribute] = value  # the object the call gave: the caller's `model` in `Trainer(model)`
     return known
 
 
@@ -145,29 +158,19 @@ class Holds(enum.Enum):
 
     NO_PARAMETERS = "no parameters"  # a literal (a number, a string, a flag, None) or a number read from the rank
     MODULE = "a module"  # a module or a parameter that a call of torch.nn builds in the argument
-    UNKNOWN = "unknown"  # any other argument (`args.num_masks`, an object of the caller's)
+    UNKNOWN = "unknown"  # any other argument (`args.num_masks`, an object of the caller's), or a default no literal
 
 
 def holdings_at(program: Program, file: FileModel, qualname: str, call: cst.Call, args: tuple[Value, ...],
                 kwargs: Mapping[str, Value]) -> dict[str, Holds]:
-    """What each attribute `stored_attributes` knows holds in the object `call` constructs: whether it
-    may hold parameters, by the literal it is given or the argument the call gives the parameter it
-    keeps. Nothing where the call spreads `*args` or `**kwargs`."""
-    constructor, stored = stored_attributes(program, file, qualname)
-    if constructor is None or any(arg.star for arg in call.args):
-        return {}
-    given = dict(zip(constructor.params, args)) | kwargs
+    """What each attribute `stored_attributes` knows holds in the object `call` constructs (`_kept_at`):
+    whether it may hold parameters."""
     found = {}
-    for attribute, held in stored.items():
-        if held.value() is not None or held.parameter not in given and held.parameter in constructor.literal_defaults:
-            found[attribute] = Holds.NO_PARAMETERS
-        elif held.parameter in given:
-            argument = given[held.parameter]
-            made = argument.event.qname if argument.event is not None and argument.ref is None else None
-            found[attribute] = Holds.NO_PARAMETERS if argument.constant is not None else \
-                Holds.MODULE if made and made.startswith("torch.nn.") and made.rsplit(".", 1)[-1][:1].isupper() else Holds.UNKNOWN
-        elif held.parameter is not None:
-            found[attribute] = Holds.UNKNOWN  # a default that is no literal
+    for attribute, value, argument in _kept_at(program, file, qualname, call, args, kwargs):
+        made = value.event.qname if value is not None and value.event is not None and value.ref is None else None
+        found[attribute] = Holds.UNKNOWN if value is None else \
+            Holds.NO_PARAMETERS if not argument or value.constant is not None else \
+            Holds.MODULE if made and made.startswith("torch.nn.") and made.rsplit(".", 1)[-1][:1].isupper() else Holds.UNKNOWN
     return found
 
 
