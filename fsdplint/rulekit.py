@@ -331,13 +331,16 @@ def qualified_reference(file: FileModel, qualified: str) -> str | None:
     return qualified if file.imports.get(head) == head else None
 
 
-def safe_where_sharded(fix: Fix | None, shard: Event, event: Event) -> Fix | None:
-    """`fix`, which calls API of the module `shard` shards or wraps, unsafe where that runs on some
-    paths to `event` only (`if args.fsdp: fully_shard(model)`): the module of the other paths (a plain
-    or DDP one) has no such method."""
+def safe_where_sharded(fix: Fix | None, shard: Event, event: Event | None) -> Fix | None:
+    """`fix`, which calls API of the module `shard` shards or wraps (or needs the process group a wrap
+    starts), unsafe where that runs on some paths to `event` only (`if args.fsdp: fully_shard(model)`):
+    the module of the other paths (a plain or DDP one) has no such method, and there may be no group.
+    `event` None: the shard is in another flow (a constructor's, `self.model = FSDP(...)`), and counts
+    where it runs wherever that flow runs, in no arm."""
     import dataclasses
 
-    return fix if fix is None or not fix.safe or shard.on_every_path_to(event) else dataclasses.replace(fix, safe=False)
+    everywhere = shard.on_every_path_to(event) if event is not None else not shard.arms
+    return fix if fix is None or not fix.safe or everywhere else dataclasses.replace(fix, safe=False)
 
 
 def no_sync_fix(event: Event) -> Fix | None:

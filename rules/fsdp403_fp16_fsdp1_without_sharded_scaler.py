@@ -68,8 +68,8 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
     passed by name (or only the device by position), since the two constructors order
     `growth_factor` and `backoff_factor` differently. Where the model is wrapped on some paths only
     (`if args.fsdp:`), the fix is unsafe: a run on another path may start no process group, and
-    `ShardedGradScaler.unscale_` then raises `Default process group has not been initialized`. fp16 with no scaler has no fix: the training
-    loop has to scale the loss.
+    `ShardedGradScaler.unscale_` then raises `Default process group has not been initialized`. fp16
+    with no scaler has no fix: the training loop has to scale the loss.
 
     ## References
     - [ShardedGradScaler](https://github.com/pytorch/pytorch/blob/main/torch/distributed/fsdp/sharded_grad_scaler.py)
@@ -96,7 +96,7 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
         constructor left it."""
         from fsdplint.model import CALL, METHOD
         from fsdplint.model.strategies import shards_nothing
-        from fsdplint.rulekit import at, calls, via, where
+        from fsdplint.rulekit import at, calls, safe_where_sharded, via, where
 
         reported: set[int] = set()
         for step in flow.of_kind(METHOD):
@@ -122,15 +122,14 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
                               f"`{scaler.qname}` steps an optimizer over a model wrapped in `FullyShardedDataParallel` "
                               f"(at {where(wrap)}){via(scaler)}: it checks only this rank's gradient shards for overflow, so ranks "
                               f"skip different steps and drift apart; use `ShardedGradScaler` from `{_SHARDED_SCALER_MODULE}`",
-                              # In a constructor's flow (`self.model = FSDP(...)`), wrapped wherever it runs: in no arm.
-                              self._fix(scaler, safe=wrap.on_every_path_to(step) if wrap_flow is flow else not wrap.arms),
+                              safe_where_sharded(self._fix(scaler), wrap, step if wrap_flow is flow else None),
                               related=(at(wrap, "wrapped here"), *calls(scaler_flow, scaler)))
 
     @staticmethod
-    def _fix(scaler, safe: bool):
-        """`GradScaler(...)` -> `ShardedGradScaler(...)`; `safe` where the module is wrapped on every path
-        to the step, so a process group is started: without one, `ShardedGradScaler.unscale_` raises
-        (`Default process group has not been initialized`), as on a run that skips `if args.fsdp:`."""
+    def _fix(scaler):
+        """`GradScaler(...)` -> `ShardedGradScaler(...)`: safe where the module is wrapped on every path to
+        the step, so a process group is started (`rulekit.safe_where_sharded`); without one,
+        `ShardedGradScaler.unscale_` raises (`Default process group has not been initialized`)."""
         import libcst as cst
 
         from fsdplint.fixes import AddImport, DropImportIfUnused, Fix, Replace
@@ -140,7 +139,7 @@ class Fp16Fsdp1WithoutShardedScaler(Rule):
         rest = args[1:] if device_first else args
         if any(arg.keyword is None or arg.keyword.value not in _SHARED_KEYWORDS for arg in rest):
             return None
-        return Fix("Use `ShardedGradScaler`, which checks every rank's gradients for overflow", safe=safe,
+        return Fix("Use `ShardedGradScaler`, which checks every rank's gradients for overflow", safe=True,
                    operations=[Replace(scaler.node, lambda call: call.with_changes(func=cst.Name("ShardedGradScaler"))),
                                AddImport(_SHARDED_SCALER_MODULE, ("ShardedGradScaler",)), DropImportIfUnused(scaler.qname)])
 
