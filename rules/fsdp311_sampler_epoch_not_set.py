@@ -122,17 +122,19 @@ class SamplerEpochNotSet(Rule):
             """The variable of `made`'s result in the loop's function."""
             return local_name(flow, made.binding) if made.binding is not None and len(made.chain) == 1 else None
 
-        names = [f"{name}.set_epoch" for name in [name_of(sampler)] if name]
-        names += [f"{name}.sampler.set_epoch" for name in [name_of(loader)] if name
-                  and len(flow.bindings.get(Ref(loader.binding.root), ())) == 1]
-        if not names:
+        def bound_once(made) -> bool:
+            return len(flow.bindings.get(Ref(made.binding.root), ())) == 1
+
+        holders = [name for name in [name_of(sampler)] if name]
+        holders += [f"{name}.sampler" for name in [name_of(loader)] if name and bound_once(loader)]
+        if not holders:
             return None
-        call = f"{names[0]}({node.target.value})"
+        call = f"{holders[0]}.set_epoch({node.target.value})"
         statement = call + "\n"
-        if sampler.binding is not None and (not sampler.on_every_path_to(loader) or len(flow.bindings.get(Ref(sampler.binding.root), ())) != 1):
+        if sampler.binding is not None and (not sampler.on_every_path_to(loader) or not bound_once(sampler)):
             # The sampler is built on some paths only (`if distributed:`, else None or a `RandomSampler`,
             # which has no `set_epoch`): the call, only where the variable holds one that has it.
-            statement = f'if hasattr({names[0].rsplit(".", 1)[0]}, "set_epoch"):\n    {call}\n'
+            statement = f'if hasattr({holders[0]}, "set_epoch"):\n    {call}\n'
         return Fix(f"Call `{call}` at the start of each epoch", safe=True,
                    operations=[InsertBefore(node.body.body[0], parse_statements(epochs.file, statement))])
 
