@@ -87,12 +87,19 @@ class FileText:
     def imported(self) -> set[str]:
         return self._imports[0]
 
+    @property
+    def star_modules(self) -> set[str]:
+        """The modules, not torch's, of `from m import *` (as written, without leading dots)."""
+        return self._imports[2]
+
     @cached_property
-    def _imports(self) -> tuple[set[str], set[str]]:
-        """(names imported from a module, local names an import binds), from each `import` keyword
-        that starts a statement (`import m`) or follows `from m` at the start of one."""
+    def _imports(self) -> tuple[set[str], set[str], set[str]]:
+        """(names imported from a module, local names an import binds, modules imported with `*`),
+        from each `import` keyword that starts a statement (`import m`) or follows `from m` at the
+        start of one."""
         imported: set[str] = set()
         bound: set[str] = set()
+        starred: set[str] = set()
         text = self.text
         for keyword in _IMPORT_KEYWORD.finditer(text):
             line_start = text.rfind("\n", 0, keyword.start()) + 1
@@ -104,17 +111,19 @@ class FileText:
                     if not is_torch_name(name.strip()):
                         bound.add(alias.strip() if alias else name.strip().split(".")[0])
             elif before.lstrip().startswith("from") and _FROM_CLAUSE.fullmatch(before) and not is_torch_name(before.split()[1]):
+                if clause.strip() == "*":
+                    starred.add(before.split()[1].lstrip("."))
                 for item in _split_names(clause):
                     name, _, alias = item.partition(" as ")
                     imported.add(name.strip())
                     bound.add((alias or name).strip())
-        return imported, bound
+        return imported, bound, starred
 
     @cached_property
     def references(self) -> set[str]:
         """Names this file may resolve to a function of another file: imported names, and the last
         part of `m.f` chains whose head an import binds. (The model's `qualify` works the same way.)"""
-        imported, bound = self._imports
+        imported, bound, _ = self._imports
         refs = set(imported)
         for match in _DOTTED.finditer(self.text):
             if match.group(1) in bound:
@@ -219,19 +228,41 @@ def make_plan(
         if path not in parsed:
             for name in defined_names(info(path).text):
                 defined_in.setdefault(name, []).append(path)
+    # ... and the modules of the run a parsed file imports with `*` (`from utils import *`), whose
+    # names it uses unwritten: each is parsed and analyzed with it.
     seen: set[str] = set()
     starts = set(parsed)
-    while wanted - seen:
-        name = min(wanted - seen)
-        seen.add(name)
-        for path in defined_in.get(name, ()):
-            if path not in parsed and (name in info(path).exported or name in info(path).classes):
-                parsed.add(path)
-                wanted |= info(path).references
-    return Plan(_group(sorted(parsed), info, module_name, parsed - starts) + [Unit((path,), parse=False) for path in sorted(noqa_candidates - parsed)])
+    starred = sorted(path for path in parsed if info(path).star_modules)
+    star_links: list[tuple[str, str]] = []
+    modules: dict[str, list[str]] | None = None
+    while wanted - seen or starred:
+        added: list[str] = []
+        if starred:
+            if modules is None:
+                modules = {}
+                for path in paths:
+                    modules.setdefault(module_name(path), []).append(path)
+            importer = starred.pop()
+            for module in info(importer).star_modules:
+                for name, found in modules.items():
+                    if name == module or name.endswith("." + module) or module.endswith("." + name):
+                        star_links += [(importer, path) for path in found]
+                        added += [path for path in found if path not in parsed]
+        else:
+            name = min(wanted - seen)
+            seen.add(name)
+            added = [path for path in defined_in.get(name, ()) if path not in parsed and (name in info(path).exported or name in info(path).classes)]
+        for path in dict.fromkeys(added):
+            parsed.add(path)
+            wanted |= info(path).references
+            if info(path).star_modules:
+                starred.append(path)
+    return Plan(_group(sorted(parsed), info, module_name, parsed - starts, star_links)
+                + [Unit((path,), parse=False) for path in sorted(noqa_candidates - parsed)])
 
 
-def _group(paths: list[str], info: Callable[[str], FileText], module_name: Callable[[str], str], callees: set[str]) -> list[Unit]:
+def _group(paths: list[str], info: Callable[[str], FileText], module_name: Callable[[str], str], callees: set[str],
+           links: list[tuple[str, str]]) -> list[Unit]:
     parent = {path: path for path in paths}
 
     def find(path: str) -> str:
@@ -256,6 +287,8 @@ def _group(paths: list[str], info: Callable[[str], FileText], module_name: Calla
         for name in info(path).references:
             for other in exporters.get(name, ()):
                 union(path, other)
+    for importer, imported in links:
+        union(importer, imported)
     groups: dict[str, list[str]] = {}
     for path in paths:
         groups.setdefault(find(path), []).append(path)

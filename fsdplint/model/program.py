@@ -19,7 +19,7 @@ from fsdplint.model.files import FileModel, FunctionInfo, UnparsedFile
 from fsdplint.model.names import dotted_name
 from fsdplint.model.flow import Flow
 from fsdplint.model.summaries import Summary
-from fsdplint.model.syntax import bound_names, declared_global, nodes_under, runs_exec_in_scope, statements_of
+from fsdplint.model.syntax import bound_names, declared_global, nodes_under, runs_exec_in_scope, statements_of, string_value
 from fsdplint.model.values import Ref, Value
 from fsdplint.model.walker import CHARACTERS_PER_STEP, PROGRAM_BUDGET, BudgetExhausted, Walker
 
@@ -342,7 +342,7 @@ class Program:
                 return file.functions[f"{caller.qualname}.{name}"]
             if name in file.functions:
                 return file.functions[name]
-            qualified = file.imported_as(func)
+            qualified = file.imported_as(func) or self.star_imported(file, name)
             if qualified is None:
                 return None
             return self._lookup_qualified(qualified, file)
@@ -358,7 +358,42 @@ class Program:
         for summaries that make following a method cheap."""
         if type(func) is cst.Name and func.value in file.classes:
             return file, func.value
-        return self.class_named(file.qualify(func), through_packages, importer=file)
+        qualified = file.qualify(func) or (self.star_imported(file, func.value) if type(func) is cst.Name else None)
+        return self.class_named(qualified, through_packages, importer=file)
+
+    def star_imported(self, file: FileModel, name: str) -> str | None:
+        """`module.name` where `file` takes `name` from `from module import *` of a module of this run
+        (minimal_fsdp's `from minimal_fsdp.utilities import *`, then `setup_model(args)`): the one such
+        module that defines it at top level, a function or a class, and exports it (in its literal
+        `__all__`, or, without one, a name not starting with `_`). None where the file binds the name
+        itself, where two star-imported modules may give it, or where a module's `__all__` is not a
+        literal: which object the name is is then not known."""
+        modules = [module for module in file.star_imports if not distributed.is_torch_name(module.lstrip("."))]
+        if not modules or self.bound_counts(file, None)[name]:
+            return None
+        giving = []
+        for module in modules:
+            qualified = f"{module}.{name}"
+            function = self._lookup_qualified(qualified, file)
+            found = function.file if function is not None else (self.class_named(qualified, importer=file) or (None,))[0]
+            if found is not None and _is_module(found.module_name, module.lstrip(".")):
+                exported = self._exports(found, name)
+                if exported is None:
+                    return None
+                if exported:
+                    giving.append(qualified)
+        return giving[0] if len(giving) == 1 else None
+
+    def _exports(self, file: FileModel, name: str) -> bool | None:
+        """`from module import *` of `file` binds `name`: it is in the module's `__all__`, a literal list
+        or tuple of strings, or, where there is none, it does not start with `_`; None where `__all__`
+        is not such a literal bound once."""
+        if not self.bound_counts(file, None)["__all__"]:
+            return not name.startswith("_")
+        listed = self.module_global(file, "__all__")
+        if type(listed) not in (cst.List, cst.Tuple) or any(type(element.value) is not cst.SimpleString for element in listed.elements):
+            return None
+        return name in {string_value(element.value) for element in listed.elements}
 
     def constructor_flow(self, file: FileModel, qualname: str) -> Flow | None:
         """The flow of the `__init__` objects of the class run (its own or a base's), None without one."""
