@@ -113,6 +113,7 @@ DEVICE_CHOOSING_CALLS = frozenset({
 GROUP_DESTROYING_METHODS = {"accelerate.Accelerator": frozenset({"end_training"})}
 # The environment variable of the address `init_process_group`'s default `env://` meets at.
 MASTER_ADDRESS_VARIABLE = "MASTER_ADDR"
+WORLD_SIZE_VARIABLE = "WORLD_SIZE"  # the number of processes the default `env://` init waits for
 # Stores that processes of one machine share: a file of its file system.
 LOCAL_STORES = frozenset({"torch.distributed.FileStore"})
 

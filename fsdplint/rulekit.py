@@ -303,13 +303,33 @@ def backward_sources(flow: Flow, event: Event) -> set[str] | None:
     return {loss.root} | flow.computed_from(loss.root) if loss is not None else None
 
 
-def starts_one_process(event: Event) -> bool:
-    """`init_process_group(..., world_size=1)`: a process group of one process, where no other rank
-    trains, waits or takes a GPU."""
+def starts_one_process(flow: Flow, event: Event) -> bool:
+    """`init_process_group(..., world_size=1)`, or the default `env://` init after
+    `os.environ["WORLD_SIZE"] = "1"` on every path to it (PRIME-RL/TTRL's checkpoint converter): a
+    process group of one process, where no other rank trains, waits or takes a GPU."""
     if event.qname != distributed.INIT_PROCESS_GROUP:
         return False
     world_size = event.argument(3, "world_size")  # init_process_group(backend, init_method, timeout, world_size, ...)
-    return world_size is not None and world_size[1].constant == "1"
+    if world_size is not None:
+        return world_size[1].constant == "1"
+    return reads_environment(event) and "1" in environment_set_before(flow, event, distributed.WORLD_SIZE_VARIABLE)
+
+
+def reads_environment(init: Event) -> bool:
+    """The `init_process_group` meets the other processes by the default `env://`: no other
+    `init_method` (nor one the model does not know) and no `store`."""
+    method = init.argument(1, "init_method")
+    return (method is None or method[1].text == "env://") and init.argument(5, "store") is None
+
+
+def environment_set_before(flow: Flow, event: Event, variable: str) -> set[str]:
+    """The texts the model knows `os.environ[variable]` is set to before `event`, on every path to it
+    (`os.environ["MASTER_ADDR"] = "localhost"`; not by a `setdefault`, which keeps a value set before
+    the script ran)."""
+    from fsdplint.model import SET_ENV
+
+    return {setting.value.text for setting in flow.of_kind(SET_ENV) if setting.index < event.index and setting.variable == variable
+            and setting.on_every_path_to(event) and not setting.only_if_unset and setting.value.text is not None}
 
 
 def process_group_backend(event: Event) -> str | None:

@@ -75,7 +75,7 @@ class NoDevicePerProcess(Rule):
             events = list(flow.of_kind(CALL, METHOD))
             # A group of one process (`world_size=1`) runs on GPU 0, its own.
             inits = [event for event in events if event.qname == "torch.distributed.init_process_group"
-                     and "nccl" in (process_group_backend(event) or "") and not starts_one_process(event)]
+                     and "nccl" in (process_group_backend(event) or "") and not starts_one_process(flow, event)]
             if not inits:
                 continue
             choices = [event for event in events if _chooses_device(event)]

@@ -253,17 +253,15 @@ def _meets_locally(flow, init) -> bool:
     or the default `env://` after `os.environ["MASTER_ADDR"] = "localhost"` on every path to it: a
     meeting place only processes of one machine reach."""
     from fsdplint import distributed
-    from fsdplint.model import SET_ENV
+    from fsdplint.rulekit import environment_set_before, reads_environment
 
+    if reads_environment(init):
+        return not environment_set_before(flow, init, distributed.MASTER_ADDRESS_VARIABLE).isdisjoint(distributed.LOOPBACK_HOSTS)
     method = init.argument(1, "init_method")
     if method is not None and method[1].text != "env://":
         return (method[1].text or "").startswith(distributed.LOCAL_INIT_METHODS)
-    store = init.argument(5, "store")
-    if store is not None:
-        made = flow.origin(store[1], init.index)
-        return made is not None and made.qname in distributed.LOCAL_STORES
-    return any(setting.index < init.index and setting.variable == distributed.MASTER_ADDRESS_VARIABLE and setting.on_every_path_to(init)
-               and setting.value.text in distributed.LOOPBACK_HOSTS and not setting.only_if_unset for setting in flow.of_kind(SET_ENV))
+    made = flow.origin(init.argument(5, "store")[1], init.index)
+    return made is not None and made.qname in distributed.LOCAL_STORES
 
 
 def _spawn_index_in_fixed_world(flow, init) -> bool:

@@ -76,7 +76,7 @@ class ProcessGroupNotDestroyed(Rule):
             # destroy that may run after it: in no arm apart from it.
             for init in (event for event in flow.of_kind(CALL) if event.qname == INIT):
                 backend = process_group_backend(init)
-                if backend is not None and "nccl" not in backend or starts_one_process(init):
+                if backend is not None and "nccl" not in backend or starts_one_process(flow, init):
                     continue  # a gloo group left to the interpreter exits silently; one of one process waits on no other
                 later = flow.events[init.index + 1:]
                 if any(not event.exclusive(init) and _destroys(program, flow, event) for event in later) or flow.runs_forever_after(init):

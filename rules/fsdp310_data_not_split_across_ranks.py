@@ -98,7 +98,7 @@ class DataNotSplitAcrossRanks(Rule):
         if training is None:
             return None
         model = _distributed_model(flow, training)
-        if model is None or any(starts_one_process(event) for event in flow.of_kind(CALL)):
+        if model is None or any(starts_one_process(flow, event) for event in flow.of_kind(CALL)):
             return None  # not distributed, or in a group of one process: no other rank trains on the same batches
         roots = {ref.root for ref in (made.binding, loader.binding, given[1].ref) if ref is not None}
         between = flow.events[made.index + 1:training.end]
