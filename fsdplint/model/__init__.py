@@ -67,7 +67,8 @@ they are given (`model.cuda()`, `convert_sync_batchnorm(model)`: `Flow.construct
 class method called on a class of the file is walked there. What an object's attributes hold from its
 construction says whether they may hold parameters (`Flow.attribute_holdings`: a literal never does).
 An import names the class or function of the module under a folder on the importer's path where two
-projects of a repository each define one. What an object's constructor built into an attribute, by
+projects of a repository each define one; a name taken from `from m import *` of a module of the run is
+what `m` defines and exports (`Program.star_imported`). What an object's constructor built into an attribute, by
 its only assignment, is
 made there (`Flow.made_by_constructor`, in the constructor's flow); what it sharded on every path and
 kept in an attribute (itself, through a base's constructor, or sharded in place) is sharded in the
