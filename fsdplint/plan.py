@@ -11,7 +11,8 @@ of their own (`Unit.callees`). Across files, the model resolves calls of functio
 is their name (not nested functions), and methods of the classes defined at top level, through an
 import (`from m import f`, `import m; m.f()`); `fsdplint.model.Program` also shares what a class shards
 on `self` between files of the same module name. So two found files belong to one group when one
-imports a name the other defines at top level, or they have the same module name; each group is one program.
+imports a name the other defines at top level, or the other's module with `*` (whose module is parsed
+with it), or they have the same module name; each group is one program.
 A group's findings depend on its files only, which is what lets the cache key them by their contents.
 
 Nothing here imports libcst.
