@@ -145,6 +145,12 @@ def _split_names(clause: str) -> Iterable[str]:
             yield item
 
 
+def is_module(module_name: str, module: str) -> bool:
+    """`module`, as an import spells it (without its leading dots), is the module `module_name`: the
+    same, or one of the two a package-qualified form of the other."""
+    return bool(module) and (module_name == module or module_name.endswith("." + module) or module.endswith("." + module_name))
+
+
 def module_name_for(path: Path) -> str:
     """`pkg/sub/mod.py` -> `pkg.sub.mod`, walking up while the folder is a package."""
     parts = [path.stem] if path.stem != "__init__" else []
@@ -246,7 +252,7 @@ def make_plan(
             importer = starred.pop()
             for module in info(importer).star_modules:
                 for name, found in modules.items():
-                    if name == module or name.endswith("." + module) or module.endswith("." + name):
+                    if is_module(name, module):
                         star_links += [(importer, path) for path in found]
                         added += [path for path in found if path not in parsed]
         else:

@@ -22,6 +22,7 @@ from fsdplint.model.summaries import Summary
 from fsdplint.model.syntax import bound_names, declared_global, nodes_under, runs_exec_in_scope, statements_of, string_value
 from fsdplint.model.values import Ref, Value
 from fsdplint.model.walker import CHARACTERS_PER_STEP, PROGRAM_BUDGET, BudgetExhausted, Walker
+from fsdplint.plan import is_module
 
 
 class Program:
@@ -375,8 +376,8 @@ class Program:
         for module in modules:
             qualified = f"{module}.{name}"
             function = self._lookup_qualified(qualified, file)
-            found = function.file if function is not None else (self.class_named(qualified, importer=file) or (None,))[0]
-            if found is not None and _is_module(found.module_name, module.lstrip(".")):
+            found = function.file if function is not None else next(iter(self.class_named(qualified, importer=file) or ()), None)
+            if found is not None and is_module(found.module_name, module.lstrip(".")):
                 exported = self._exports(found, name)
                 if exported is None:
                     return None
@@ -431,10 +432,10 @@ class Program:
         module, _, name = qualified.rpartition(".")
         module = module.lstrip(".")
         for unparsed in self._unparsed_by_name.get(name, ()):
-            if _is_module(unparsed.module_name, module) or through_packages and _inside_package(unparsed.module_name, module):
+            if is_module(unparsed.module_name, module) or through_packages and _inside_package(unparsed.module_name, module):
                 self._parse(unparsed)
         classes = self._classes_by_name.get(name, ())
-        found = [(other, name) for other in classes if _is_module(other.module_name, module)]
+        found = [(other, name) for other in classes if is_module(other.module_name, module)]
         if not found and through_packages:
             found = [(other, name) for other in classes if _inside_package(other.module_name, module)]
         if len(found) > 1 and importer is not None:
@@ -559,22 +560,16 @@ def _mentions_fsdp(text: str) -> bool:
     return any(token in text for token in distributed.FSDP_TOKENS)
 
 
-def _is_module(module_name: str, module: str) -> bool:
-    """`module`, as an import spells it (without its leading dots), is the module `module_name`: the
-    same, or one of the two a package-qualified form of the other."""
-    return bool(module) and (module_name == module or module_name.endswith("." + module) or module.endswith("." + module_name))
-
-
 def _inside_package(module_name: str, module: str) -> bool:
     """The module `module_name` is in the package an import names (`from physicsnemo.utils import f`
     for `physicsnemo.utils.io`; `from src.configs import c` for `configs.training` where `src` has no
-    `__init__.py`, as `_is_module` reads a module). A name of one part names a top-level package, as
+    `__init__.py`, as `is_module` reads a module). A name of one part names a top-level package, as
     found beside the script: `from configs import c` for `configs.training`, never for
     `other.configs.training`, a package that only ends in that name."""
     package = module_name.rpartition(".")[0]
     if "." not in module:
         return package == module or package.startswith(module + ".")
-    return bool(package) and (_is_module(package, module) or _inside_package(package, module))
+    return bool(package) and (is_module(package, module) or _inside_package(package, module))
 
 
 def _root_folder(file: FileModel) -> Path:
@@ -592,4 +587,4 @@ def _searched_folders(importer: FileModel) -> set[Path]:
 def _may_define(module_name: str, module: str) -> bool:
     """A function imported from `module` may be defined in the module `module_name`: it is that module,
     or the two end in the same name (`from utils import f` for `pkg/utils.py`)."""
-    return _is_module(module_name, module) or bool(module) and module_name.split(".")[-1] == module.split(".")[-1]
+    return is_module(module_name, module) or bool(module) and module_name.split(".")[-1] == module.split(".")[-1]
