@@ -230,11 +230,9 @@ def make_plan(
     # Callees, to a fixed point: files defining a function some parsed file may call, or a class whose
     # methods it may call (`Net().shard(mesh)`, inherited from a base class of another file).
     wanted = {name for path in parsed for name in info(path).references}
-    defined_in: dict[str, list[str]] = {}
-    for path in paths if wanted else ():  # a run with nothing parsed reads no file for its definitions
-        if path not in parsed:
-            for name in defined_names(info(path).text):
-                defined_in.setdefault(name, []).append(path)
+    # Which unparsed file defines which name: indexed when a name is first looked up (a run with
+    # nothing parsed reads no file for its definitions; one whose only link is a star import still may).
+    defined_in: dict[str, list[str]] | None = None
     # ... and the modules of the run a parsed file imports with `*` (`from utils import *`), whose
     # names it uses unwritten: each is parsed and analyzed with it.
     seen: set[str] = set()
@@ -258,6 +256,12 @@ def make_plan(
         else:
             name = min(wanted - seen)
             seen.add(name)
+            if defined_in is None:
+                defined_in = {}
+                for path in paths:
+                    if path not in parsed:
+                        for defined in defined_names(info(path).text):
+                            defined_in.setdefault(defined, []).append(path)
             added = [path for path in defined_in.get(name, ()) if path not in parsed and (name in info(path).exported or name in info(path).classes)]
         for path in dict.fromkeys(added):
             parsed.add(path)

@@ -136,6 +136,21 @@ def test_a_module_imported_with_a_star_is_analyzed_with_its_importer(star, calle
     assert unit.callees == callees and unit.paths == tuple(sorted((*callees, "pkg/train.py")))
 
 
+def test_the_callees_of_a_module_imported_with_a_star_are_analyzed_too():
+    """An entry whose only link is `from pkg.steps import *` (it names nothing else another file
+    defines): the module is analyzed with it, and so is the file defining what that module calls.
+    Before, the index of which file defines which name was built only where the entries named some
+    name, so `pkg/helpers.py` was never read."""
+    texts = {
+        "pkg/helpers.py": "import torch\n\ndef build(model):\n    return torch.optim.AdamW(model.parameters())\n",
+        "pkg/steps.py": "from pkg.helpers import build\n\ndef prepare(model):\n    return build(model)\n",
+        "pkg/train.py": "from pkg.steps import *\n\nfully_shard(model)\nprepare(model)\n",
+    }
+    plan = make_plan(sorted(texts), texts.__getitem__, ("fully_shard",), set(), lambda path: path[:-3].replace("/", "."))
+    (unit,) = [unit for unit in plan.units if "pkg/train.py" in unit.paths]
+    assert unit.paths == ("pkg/helpers.py", "pkg/steps.py", "pkg/train.py")
+
+
 def test_a_callee_file_is_parsed_only_when_a_name_it_defines_is_looked_up():
     """The plan marks `tools.py` a callee file (train.py calls its `build`); the call is behind a name
     the model cannot resolve to it, so it is never parsed, and asking for its words parses it."""
