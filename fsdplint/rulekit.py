@@ -126,10 +126,11 @@ def is_simple_statement(node: cst.CSTNode) -> bool:
 
 
 def local_name(flow: Flow, ref: Ref) -> str | None:
-    """The name a ref has in the flow's own function, if it is a plain variable there."""
+    """The name a ref has in the flow's own function, if it is a plain variable there: the variable as
+    written, whichever of its bindings the ref is (`sampler` for `sampler#2`)."""
     if ref.path or "@" in ref.root:
         return None
-    return ref.root
+    return ref.variable
 
 
 def unused_name(event: Event, preferred: str) -> str:

@@ -146,10 +146,10 @@ class TorchSaveShardedState(Rule):
             if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "state_dict" and not call.args):
                 return None
             receiver = code(event, call.func.value)
-            flow_ref = None
-            for candidate in flow.optimizer_bindings:
-                if receiver == local_name(flow, candidate):
-                    flow_ref = candidate
+            named = [candidate for candidate in flow.optimizer_bindings if receiver == local_name(flow, candidate)]
+            if named and len({ref for ref in flow.bindings if not ref.path and local_name(flow, ref) == receiver}) > 1:
+                return None  # a variable bound more than once: which binding the save reads is not read here
+            flow_ref = named[0] if named else None
             if flow_ref is None:
                 gathers.append((unused_name(event, f"{receiver.replace('.', '_')}_state_dict"), "get_model_state_dict", [receiver, _OPTIONS]))
                 helpers.add("get_model_state_dict")

@@ -73,19 +73,21 @@ class SamplerEpochNotSet(Rule):
                 for loader in flow.of_kind(CALL):
                     given = loader.argument(3, "sampler") if loader.qname in distributed.DATA_LOADERS else None
                     if given is None or loader.binding is None or not (
-                            given[1].event is sampler or sampler.binding is not None and given[1].ref == sampler.binding):
+                            given[1].event is sampler or sampler.binding is not None and given[1].ref is not None
+                            and sampler.binding in flow.alternatives(given[1].ref)):
                         continue
-                    finding = self._finding(flow, sampler, loader)
+                    finding = self._finding(flow, sampler, loader, given[1].ref)
                     if finding is not None:
                         yield finding
 
-    def _finding(self, flow, sampler, loader) -> Finding | None:
+    def _finding(self, flow, sampler, loader, given) -> Finding | None:
         from fsdplint.rulekit import at, handed_over, iterates, rebound
 
         # An evaluation loop (`with torch.no_grad():`) trains on nothing: the order of its batches does not matter.
         passes = [loop for loop in flow.loops if loop.iterable is not None and iterates(flow, loop.iterable, loader.binding)
                   and loop.first > loader.index and loop.computes_gradients()]
-        roots = {ref.root for ref in (sampler.binding, loader.binding) if ref is not None}
+        # ... and the variable the loader was given, where it holds the sampler on some paths only
+        roots = {ref.root for ref in (sampler.binding, loader.binding, given) if ref is not None}
         for inner in passes:
             around = [loop for loop in flow.loops if inner.within(loop) and loop.first > max(sampler.index, loader.index) and not _once(loop)]
             if not around:

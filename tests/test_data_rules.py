@@ -257,6 +257,30 @@ def test_sampler_epoch_fix_guards_a_variable_that_may_hold_another_sampler(other
     assert "    for epoch in range(3):\n        sampler.set_epoch(epoch)\n        for x in loader:" in fix_source(single, select=["FSDP311"])
 
 
+def test_a_sampler_bound_over_none_on_some_paths_is_the_loaders_on_those_paths():
+    """HamidShojanazeri/LLM_fine_tuning: `sampler = None`, then `if world_size > 1: sampler =
+    DistributedSampler(...)` with no `else`: past the `if` the variable is one of the two, and on the
+    paths that built the sampler the loader iterates it. Before, only a variable bound in both arms
+    (above) was read so, and the finding was missed."""
+    source = """
+    def train(model, dataset, world_size):
+        fully_shard(model)
+        sampler = None
+        if world_size > 1:
+            sampler = DistributedSampler(dataset)
+        loader = DataLoader(dataset, sampler=sampler)
+        for epoch in range(3):
+            for x in loader:
+                model(x)
+    """
+    assert lines(source, "FSDP311") == [8]
+    text = textwrap.dedent(HEADER) + textwrap.dedent(source)
+    guarded = '    for epoch in range(3):\n        if hasattr(sampler, "set_epoch"):\n            sampler.set_epoch(epoch)\n        for x in loader:'
+    assert guarded in fix_source(text, select=["FSDP311"])
+    # Near miss: the loader is given another variable, never the sampler.
+    assert lines(source.replace("sampler=sampler)", "sampler=None)"), "FSDP311") == []
+
+
 def test_an_epoch_loop_the_call_makes_run_once_needs_no_new_order():
     # gameofdimension/tiny-grpo: `for iteration in range(num_iterations)` with `num_iterations=1` passed.
     source = """
