@@ -152,10 +152,12 @@ def is_module(module_name: str, module: str) -> bool:
 
 
 def module_name_for(path: Path) -> str:
-    """`pkg/sub/mod.py` -> `pkg.sub.mod`, walking up while the folder is a package."""
+    """`pkg/sub/mod.py` -> `pkg.sub.mod`, walking up while the folder is a package: one with an
+    `__init__.py`, or a folder without one directly inside such a package, which Python imports as a
+    namespace package of it (PEP 420: RL2's `RL2/utils/fsdp/`, imported as `RL2.utils.fsdp`)."""
     parts = [path.stem] if path.stem != "__init__" else []
     folder = path.resolve().parent
-    while (folder / "__init__.py").exists():
+    while folder != folder.parent and ((folder / "__init__.py").exists() or (folder.parent / "__init__.py").exists()):
         parts.insert(0, folder.name)
         folder = folder.parent
     return ".".join(parts)

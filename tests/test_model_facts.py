@@ -3599,6 +3599,36 @@ def test_a_name_from_a_star_import_of_a_module_of_the_run_is_what_that_module_de
     assert bool(list(main.of_kind(model.WRAP))) is wrapped
 
 
+# jsbyun121/exploring-paths-llm (RL2): `RL2/utils/fsdp/` has no `__init__.py` but sits in the package
+# `RL2.utils`, so Python imports it as the namespace package `RL2.utils.fsdp`; its `data_parallelism`
+# is that module, not `RL2/utils/data_parallelism.py`, which defines a function of the same name (the
+# model named it `data_parallelism` and resolved the import to the other file). Near miss: a folder
+# without `__init__.py` outside any package is where module names start.
+@pytest.mark.parametrize("imported, shards", [
+    ("from pkg.utils.fsdp.parallel import prepare", True),
+    ("from pkg.utils.parallel import prepare", False),
+])
+def test_a_folder_without_init_inside_a_package_is_a_namespace_package_of_it(tmp_path, imported, shards):
+    texts = {
+        "pkg/__init__.py": "",
+        "pkg/utils/__init__.py": "",
+        "pkg/utils/parallel.py": "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n\ndef prepare(model):\n    return FSDP(model)\n",
+        "pkg/utils/fsdp/parallel.py": "from torch.distributed.fsdp import fully_shard\n\ndef prepare(model):\n    fully_shard(model)\n    return model\n",
+        "pkg/train.py": f"import torch.distributed\n{imported}\n\ndef main(model):\n    prepare(model)\n",
+    }
+    program = program_on_disk(tmp_path, texts, start="pkg/train.py")
+    names = {file.display: file.module_name for file in program.files}
+    assert names.get("pkg/utils/fsdp/parallel.py", "pkg.utils.fsdp.parallel") == "pkg.utils.fsdp.parallel"
+    main = flow_of(program, "main")
+    assert (bool(list(main.of_kind(model.SHARD))), bool(list(main.of_kind(model.WRAP)))) == (shards, not shards)
+    from fsdplint.plan import module_name_for
+
+    loose = tmp_path / "loose" / "tool.py"
+    loose.parent.mkdir()
+    loose.write_text("")
+    assert module_name_for(loose) == "tool"
+
+
 # Two classes of one name: the star import says which one (near miss: one its `__all__` leaves out).
 @pytest.mark.parametrize("exports, found", [("", True), ("__all__ = []\n", False)])
 def test_a_class_from_a_star_import_of_a_module_of_the_run_is_that_class(tmp_path, exports, found):
