@@ -231,54 +231,27 @@ def test_an_evaluation_loop_in_a_function_decorated_no_grad_needs_no_new_order(d
     assert lines(source, "FSDP311") == expected
 
 
-@pytest.mark.parametrize("other", ["torch.utils.data.RandomSampler(dataset)", "None"])
-def test_sampler_epoch_fix_guards_a_variable_that_may_hold_another_sampler(other):
+@pytest.mark.parametrize("bound", [
+    "    if use_dist:\n        sampler = DistributedSampler(dataset)\n    else:\n        sampler = torch.utils.data.RandomSampler(dataset)\n",
+    "    if use_dist:\n        sampler = DistributedSampler(dataset)\n    else:\n        sampler = None\n",
+    # HamidShojanazeri/LLM_fine_tuning: None first, the sampler on some paths, no `else` (missed before)
+    "    sampler = None\n    if use_dist:\n        sampler = DistributedSampler(dataset)\n",
+])
+def test_sampler_epoch_fix_guards_a_variable_that_may_hold_another_sampler(bound):
     """On another path the variable holds a `RandomSampler`, or None (a script that starts no group,
-    `if distributed:`): neither has `set_epoch`, so the fix calls it only where the variable has it."""
-    source = f"""
-    def train(model, dataset, use_dist):
-        fully_shard(model)
-        if use_dist:
-            sampler = DistributedSampler(dataset)
-        else:
-            sampler = {other}
-        loader = DataLoader(dataset, sampler=sampler)
-        for epoch in range(3):
-            for x in loader:
-                model(x)
-    """
-    assert lines(source, "FSDP311") == [9]
-    text = textwrap.dedent(HEADER) + textwrap.dedent(source)
+    `if distributed:`): neither has `set_epoch`, so the fix calls it only where the variable has it.
+    On the paths that built the sampler, the loader iterates it: the finding holds there."""
+    text = textwrap.dedent(HEADER) + "def train(model, dataset, use_dist):\n    fully_shard(model)\n" + bound + \
+        "    loader = DataLoader(dataset, sampler=sampler)\n    for epoch in range(3):\n        for x in loader:\n            model(x)\n"
+    epochs = text.splitlines().index("    for epoch in range(3):") + 1
+    assert [d.line for d in check_source(text, select=["FSDP311"])] == [epochs]
     guarded = '    for epoch in range(3):\n        if hasattr(sampler, "set_epoch"):\n            sampler.set_epoch(epoch)\n        for x in loader:'
     assert guarded in fix_source(text, select=["FSDP311"])
-    # Near miss: built on every path, the variable holds only it: the call alone.
-    single = text.replace("    if use_dist:\n        sampler = DistributedSampler(dataset)\n    else:\n"
-                          f"        sampler = {other}\n", "    sampler = DistributedSampler(dataset)\n")
+    # Near misses: built on every path, the variable holds only it: the call alone; a loader given
+    # another variable iterates no sampler of these.
+    single = text.replace(bound, "    sampler = DistributedSampler(dataset)\n")
     assert "    for epoch in range(3):\n        sampler.set_epoch(epoch)\n        for x in loader:" in fix_source(single, select=["FSDP311"])
-
-
-def test_a_sampler_bound_over_none_on_some_paths_is_the_loaders_on_those_paths():
-    """HamidShojanazeri/LLM_fine_tuning: `sampler = None`, then `if world_size > 1: sampler =
-    DistributedSampler(...)` with no `else`: past the `if` the variable is one of the two, and on the
-    paths that built the sampler the loader iterates it. Before, only a variable bound in both arms
-    (above) was read so, and the finding was missed."""
-    source = """
-    def train(model, dataset, world_size):
-        fully_shard(model)
-        sampler = None
-        if world_size > 1:
-            sampler = DistributedSampler(dataset)
-        loader = DataLoader(dataset, sampler=sampler)
-        for epoch in range(3):
-            for x in loader:
-                model(x)
-    """
-    assert lines(source, "FSDP311") == [8]
-    text = textwrap.dedent(HEADER) + textwrap.dedent(source)
-    guarded = '    for epoch in range(3):\n        if hasattr(sampler, "set_epoch"):\n            sampler.set_epoch(epoch)\n        for x in loader:'
-    assert guarded in fix_source(text, select=["FSDP311"])
-    # Near miss: the loader is given another variable, never the sampler.
-    assert lines(source.replace("sampler=sampler)", "sampler=None)"), "FSDP311") == []
+    assert check_source(text.replace("sampler=sampler)", "sampler=None)"), select=["FSDP311"]) == []
 
 
 def test_an_epoch_loop_the_call_makes_run_once_needs_no_new_order():
