@@ -421,6 +421,38 @@ def test_modules_taken_from_a_model_sharded_after_them_are_its_units():
     """) == [(5, "FSDP101")]
 
 
+@pytest.mark.parametrize("applied, expected", [
+    ("shard_blocks", []),
+    # Near misses: a function that shards nothing, a method (its object is not known), a name of no
+    # function of the run: the root is still sharded alone.
+    ("keep", [(13, "FSDP101")]),
+    ("model.keep", [(13, "FSDP101")]),
+    ("helpers.shard", [(13, "FSDP101")]),
+])
+def test_a_function_module_apply_calls_runs_on_each_of_its_modules(applied, expected):
+    """laffytaffyz/dllm-distillation (VeOmni's `parallelize_model_fsdp2`): `model.apply(fn)` calls `fn`
+    on every sub-module and the model itself, and `fn` shards the blocks it picks, before the root;
+    FSDP101 said the root was sharded alone."""
+    assert codes(f"""
+    from torch.distributed.fsdp import fully_shard
+
+    def parallelize(model, names):
+        def shard_blocks(module):
+            if module.__class__.__name__ in names:
+                fully_shard(module)
+
+        def keep(module):
+            module.train()
+
+        model.apply({applied})
+        fully_shard(model)
+        return model
+
+    def main():
+        parallelize(Net(), ["Block"])
+    """, ["FSDP101"]) == expected
+
+
 def test_blocks_sharded_in_the_other_branch_are_not_after_the_root():
     # OLMo-core's block: each branch of the `if` shards its blocks and then the root.
     source = """

@@ -1409,6 +1409,12 @@ class Walker:
         if type(func) is cst.Attribute and receiver.ref is not None and qname is None:
             method = func.attr.value
             event = self.emit(METHOD, node, targets=(receiver.ref,), method=method, **common)
+            applied = self.applied_function(node, args, kwargs) if method == "apply" else None
+            if applied is not None:
+                # `model.apply(fn)`: `nn.Module.apply` calls `fn` on each sub-module and the module itself,
+                # as `for m in model.modules(): fn(m)` would (children first; dllm-distillation's VeOmni
+                # `model.apply(shard_blocks)`, which shards the blocks it picks before the root)
+                self.inline(applied, node, (Value(ref=receiver.ref.child(SELF_OR_BELOW)),), NO_KEYWORDS, Value(), statement, parents)
             if method in _COLLECTS and not receiver.ref.path:
                 # `modules.append(module)` in a loop over `model.named_modules()`: the list's elements come from `model`.
                 self.flow.write(Write.DERIVED_MORE, receiver.ref.root, set().union(*(self.roots_read(arg.value) for arg in node.args)))
@@ -1474,6 +1480,15 @@ class Walker:
         return Value(event=event, params_of=flowing if qname is None else NO_REFS, params_read=reads_of(args) if qname is None and not kwargs else (), rank=rank_of_call(qname, func, node, args), built_by=built_by,
                      constant="None" if qname in distributed.RETURNS_NONE else None, text=text,
                      rank_derived=rank_derived_of_call(qname, func, node, args), world_size=world_size_of_call(qname, func, node, args))
+
+    def applied_function(self, node: cst.Call, args: tuple[Value, ...], kwargs: Mapping[str, Value]) -> FunctionInfo | None:
+        """The function of the run `module.apply(fn)` is given, where `fn` is one (a value that calls one
+        function, or a name of one), not a method: its object would not be known."""
+        if len(args) != 1 or kwargs or len(node.args) != 1:
+            return None
+        function = args[0].callees[0] if len(args[0].callees) == 1 else \
+            self.flow.program.resolve_callable(self.file, self.function, node.args[0].value) if not args[0].callees else None
+        return function if function is not None and function.class_name is None else None
 
     def sharding_test(self, node: cst.Call, args: tuple[Value, ...], event: Event, flowing: frozenset[Ref]) -> Value | None:
         """`isinstance(x, C)` where C (or each class of a tuple) is an FSDP module class or DTensor: false
