@@ -44,8 +44,9 @@ class LocalClipGradNormOnFsdp1(Rule):
     ## Fix safety
     Safe: the method takes the same `max_norm` and `norm_type` and returns the total norm as
     well, computed over all shards. The fix is offered when the parameters are
-    `model.parameters()` of the wrapped root module and the call runs on every rank (the method is
-    a collective); other arguments (`foreach`, `error_if_nonfinite`) have no counterpart, so such
+    `model.parameters()` of the wrapped root module, `model` written as the wrap's result was assigned
+    (`model = FSDP(model, ...)`; after `fsdp_model = FSDP(model)`, `model` is the plain module, which has
+    no such method), and the call runs on every rank (the method is a collective); other arguments (`foreach`, `error_if_nonfinite`) have no counterpart, so such
     calls get no fix. Where the module is wrapped on some paths only (`if args.fsdp:`), the fix is
     unsafe: the plain or DDP module of the other paths has no `clip_grad_norm_`.
 
@@ -78,6 +79,8 @@ class LocalClipGradNormOnFsdp1(Rule):
                 module, wrap = wrapped[0]
                 parameters = event.node.args[0].value
                 root = _parameters_of(parameters) if module in wrap.targets else None
+                if root is not None and not _holds_the_wrapper(event, root, wrap):
+                    root = None  # `fsdp_model = FSDP(model)`, then `model.parameters()`: the inner module has no `clip_grad_norm_`
                 advice = f"`{code(event, root)}.clip_grad_norm_(max_norm)`" if root is not None else \
                     "`clip_grad_norm_(max_norm)` on the root `FullyShardedDataParallel` module"
                 yield Finding(event.file, event.node,
@@ -107,6 +110,21 @@ class LocalClipGradNormOnFsdp1(Rule):
 
         return Fix(f"Call `{code(event, root)}.clip_grad_norm_(...)`, which reduces the norm over all ranks", safe=True,
                    operations=[Replace(event.node, rewrite)])
+
+
+def _holds_the_wrapper(event, receiver, wrap) -> bool:
+    """`receiver` is written as what the wrap's result was assigned to (`model = FSDP(model, ...)`,
+    `self.model = FSDP(...)`). The model reads a wrap and the module it wraps as one object, but only
+    the wrapper has `clip_grad_norm_`: after `fsdp_model = FSDP(model)`, `model` is the plain module."""
+    import libcst as cst
+
+    from fsdplint.rulekit import code
+
+    small = wrap.statement.body[0] if isinstance(wrap.statement, cst.SimpleStatementLine) and len(wrap.statement.body) == 1 else None
+    if not isinstance(small, cst.Assign) or small.value is not wrap.node or len(small.targets) != 1:
+        return False
+    target = small.targets[0].target
+    return isinstance(target, (cst.Name, cst.Attribute)) and code(wrap, target) == code(event, receiver)
 
 
 def _parameters_of(node):
