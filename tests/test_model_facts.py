@@ -397,21 +397,28 @@ def test_a_parameter_the_constructor_rebinds_is_not_the_argument_it_keeps(before
     assert {attribute: held.parameter for attribute, held in kept.items()} == stored
 
 
-@pytest.mark.parametrize("keep, kept", [
-    ("self.model = model", True),  # `fully_shard` shards the module in place: the attribute holds it sharded
-    ("Base.__init__(self, model=model)", True),  # ... given to a base's constructor that keeps it
-    ("super().__init__(model.encoder)", False),  # near miss: a part of it, which `fully_shard` did not make a unit
+@pytest.mark.parametrize("first, then, kept", [
+    ("fully_shard(model)", "self.model = model", True),  # `fully_shard` shards the module in place: the attribute holds it sharded
+    ("fully_shard(model)", "Base.__init__(self, model=model)", True),  # ... given to a base's constructor that keeps it
+    ("fully_shard(model)", "super().__init__(model.encoder)", False),  # near miss: a part of it, which `fully_shard` did not make a unit
+    # Yinita/UnstableBaselines: kept first, wrapped after (its other methods run once `__init__` returns),
+    # `build` returning its local variable; near miss: another object built by it, wrapped.
+    ("self.model = build()", "self.fsdp_model = FSDP(self.model)", True),
+    ("self.model = build()", "self.fsdp_model = FSDP(build())", False),
 ])
-def test_a_module_the_constructor_shards_in_place_and_keeps_is_sharded_in_its_attribute(keep, kept):
+def test_a_module_the_constructor_shards_in_place_and_keeps_is_sharded_in_its_attribute(first, then, kept):
     program = program_of(f"""
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, fully_shard
+    def build():
+        base = Net()
+        return base
     class Base:
         def __init__(self, model):
             self.model = model
     class Trainer(Base):
         def __init__(self, model):
-            fully_shard(model)
-            {keep}
+            {first}
+            {then}
         def save(self):
             pass
     """)
@@ -1932,7 +1939,9 @@ def main(model):
 def test_a_module_init_keeps_wrapped_in_an_attribute_is_that_wrap_in_every_other_method():
     """oumi: `self.model = FSDP(model, ...)` in `__init__` on every path: in `step`, `self.model` is
     managed by that wrap. Near misses: a wrap under a test in `__init__`, an attribute `__init__` gives
-    another value afterwards, and a wrap in a method other than `__init__` bound to an attribute."""
+    another object afterwards, and a wrap in a method other than `__init__` bound to an attribute. (An
+    attribute given the module the wrap was given holds it wrapped: `self.inner = other` after
+    `FSDP(other)`, whose `parameters()` are the same flat shards as the wrapper's, checked with torch.)"""
     program = program_of("""
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
@@ -1942,7 +1951,8 @@ def test_a_module_init_keeps_wrapped_in_an_attribute_is_that_wrap_in_every_other
             if use_fsdp:
                 self.maybe = FSDP(other)
             self.replaced = FSDP(other)
-            self.replaced = other
+            self.replaced = Net()
+            self.inner = other
         def setup(self, model):
             self.late = FSDP(model)
         def step(self):
@@ -1950,10 +1960,11 @@ def test_a_module_init_keeps_wrapped_in_an_attribute_is_that_wrap_in_every_other
             self.maybe.parameters()
             self.replaced.parameters()
             self.late.parameters()
+            self.inner.parameters()
     """)
     step = flow_of(program, "Trainer.step")
     uses = [event for event in step.events if event.kind == model.METHOD and event.method == "parameters"]
-    assert [step.sharding_of(event.target, event.index, fsdp=1) is not None for event in uses] == [True, False, False, False]
+    assert [step.sharding_of(event.target, event.index, fsdp=1) is not None for event in uses] == [True, False, False, False, True]
 
 
 def test_isinstance_of_fsdp_is_false_for_a_module_the_flow_built_and_never_sharded():

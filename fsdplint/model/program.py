@@ -19,7 +19,7 @@ from fsdplint.model.files import FileModel, FunctionInfo, UnparsedFile
 from fsdplint.model.names import dotted_name
 from fsdplint.model.flow import Flow
 from fsdplint.model.summaries import Summary
-from fsdplint.model.syntax import bound_names, declared_global, nodes_under, runs_exec_in_scope, statements_of, string_value
+from fsdplint.model.syntax import bound_names, declared_global, is_whole_statement, nodes_under, runs_exec_in_scope, statements_of, string_value
 from fsdplint.model.values import Ref, Value
 from fsdplint.model.walker import CHARACTERS_PER_STEP, PROGRAM_BUDGET, BudgetExhausted, Walker
 from fsdplint.plan import is_module
@@ -530,8 +530,9 @@ def _named_by_attributes(program: Program, init: Flow, event: Event) -> Event:
 
 
 def _kept_in_attributes(program: Program, init: Flow) -> list[Event]:
-    """`self.model = FSDP(model, ...)` (or `fully_shard`'s result, or a module `fully_shard` sharded in
-    place: `fully_shard(model); self.model = model`) in `__init__`, or the same given to a base's
+    """`self.model = FSDP(model, ...)` (or `fully_shard`'s result, or a module sharded or wrapped
+    before or after the attribute kept it: `fully_shard(model); self.model = model`, `self.model = m;
+    self.fsdp_model = FSDP(self.model)`) in `__init__`, or the same given to a base's
     constructor that keeps it (`super().__init__(model)`), on every path through it, on every rank, and
     the last value `__init__` gives that attribute: every other method runs after it, with that module
     at `self.model`. Each such wrap, with the attribute among its targets."""
@@ -546,11 +547,14 @@ def _kept_in_attributes(program: Program, init: Flow) -> list[Event]:
             kept = kept_by_base_constructor(program, init.function, given.node, given.args, given.kwargs)
             for attribute, value in kept.items():
                 last[Ref("self", (attribute,))] = given, value
-    kept, shards = [], list(init.of_kind(SHARD))
+    kept, shards = [], list(init.of_kind(SHARD, WRAP))
     for attribute, (given, value) in last.items():
         made = value.event if value is not None else None
         if made is None and value is not None and value.ref is not None and not value.ref.path:
-            made = next((shard for shard in reversed(shards) if shard.index < given.index and value.ref in shard.targets), None)
+            # The object the attribute holds, sharded in place before it was kept there or after (its
+            # methods run once `__init__` returns): `self.model = build(); self.fsdp_model = FSDP(self.model)`
+            # (Yinita/UnstableBaselines, where `build` returns its local variable) leaves `self.model` wrapped.
+            made = next((shard for shard in reversed(shards) if value.ref in shard.targets and is_whole_statement(shard.statement, shard.node)), None)
         if made is not None and made.kind in (SHARD, WRAP) and not (given.arms or given.rank_guards or made.arms or made.rank_guards):
             kept.append(dataclasses.replace(made, targets=made.targets + (attribute,)))
     return kept

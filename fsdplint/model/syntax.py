@@ -381,6 +381,16 @@ def runs_forever(statement: cst.CSTNode) -> bool:
     return True
 
 
+def is_whole_statement(statement: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """`node` is the whole expression of the one-statement line `statement` (`x = f(m)`, `f(m)`,
+    `return f(m)`): it runs wherever the statement does, not on one side of `a if c else b` or of
+    `c and f(m)`."""
+    if type(statement) is not cst.SimpleStatementLine or len(statement.body) != 1:
+        return False
+    small = statement.body[0]
+    return type(small) in (cst.Assign, cst.AnnAssign, cst.Expr, cst.Return) and small.value is node
+
+
 def holds_statement(suite: cst.BaseSuite, statement: cst.CSTNode) -> bool:
     """Whether `statement` is one of the block's own statements."""
     return type(suite) is cst.IndentedBlock and any(s is statement for s in suite.body)
