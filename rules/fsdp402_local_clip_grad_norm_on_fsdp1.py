@@ -45,7 +45,7 @@ class LocalClipGradNormOnFsdp1(Rule):
     Safe: the method takes the same `max_norm` and `norm_type` and returns the total norm as
     well, computed over all shards. The fix is offered when the parameters are
     `model.parameters()` of the wrapped root module, `model` written as the wrap's result was assigned
-    (`model = FSDP(model, ...)`; after `fsdp_model = FSDP(model)`, `model` is the plain module, which has
+    (`model = FSDP(model, ...)`, or `model = prepare(model)` of a helper that returns the wrap; after `fsdp_model = FSDP(model)`, `model` is the plain module, which has
     no such method), and the call runs on every rank (the method is a collective); other arguments (`foreach`, `error_if_nonfinite`) have no counterpart, so such
     calls get no fix. Where the module is wrapped on some paths only (`if args.fsdp:`), the fix is
     unsafe: the plain or DDP module of the other paths has no `clip_grad_norm_`.
@@ -79,7 +79,7 @@ class LocalClipGradNormOnFsdp1(Rule):
                 module, wrap = wrapped[0]
                 parameters = event.node.args[0].value
                 root = _parameters_of(parameters) if module in wrap.targets else None
-                if root is not None and not _holds_the_wrapper(event, root, wrap):
+                if root is not None and not _holds_the_wrapper(root, wrap):
                     root = None  # `fsdp_model = FSDP(model)`, then `model.parameters()`: the inner module has no `clip_grad_norm_`
                 advice = f"`{code(event, root)}.clip_grad_norm_(max_norm)`" if root is not None else \
                     "`clip_grad_norm_(max_norm)` on the root `FullyShardedDataParallel` module"
@@ -112,19 +112,23 @@ class LocalClipGradNormOnFsdp1(Rule):
                    operations=[Replace(event.node, rewrite)])
 
 
-def _holds_the_wrapper(event, receiver, wrap) -> bool:
+def _holds_the_wrapper(receiver, wrap) -> bool:
     """`receiver` is written as what the wrap's result was assigned to (`model = FSDP(model, ...)`,
-    `self.model = FSDP(...)`). The model reads a wrap and the module it wraps as one object, but only
-    the wrapper has `clip_grad_norm_`: after `fsdp_model = FSDP(model)`, `model` is the plain module."""
+    `self.model = FSDP(...)`, or `self.model = prepare(model)` where `prepare` returns the wrap). The
+    model reads a wrap and the module it wraps as one object, but only the wrapper has
+    `clip_grad_norm_`: after `fsdp_model = FSDP(model)`, `model` is the plain module."""
     import libcst as cst
 
-    from fsdplint.rulekit import code
+    from fsdplint.model import dotted_name
+    from fsdplint.model.syntax import is_whole_statement
 
-    small = wrap.statement.body[0] if isinstance(wrap.statement, cst.SimpleStatementLine) and len(wrap.statement.body) == 1 else None
-    if not isinstance(small, cst.Assign) or small.value is not wrap.node or len(small.targets) != 1:
+    statement, node = wrap.statement, wrap.node
+    if is_whole_statement(statement, node) and type(statement.body[0]) is cst.Return and wrap.call_sites and wrap.outer:
+        statement, node = wrap.outer[-1], wrap.call_sites[-1]  # the helper returns it: the call's own statement
+    if not is_whole_statement(statement, node) or type(statement.body[0]) is not cst.Assign or len(statement.body[0].targets) != 1:
         return False
-    target = small.targets[0].target
-    return isinstance(target, (cst.Name, cst.Attribute)) and code(wrap, target) == code(event, receiver)
+    target = statement.body[0].targets[0].target
+    return type(target) in (cst.Name, cst.Attribute) and dotted_name(target) is not None and dotted_name(target) == dotted_name(receiver)
 
 
 def _parameters_of(node):

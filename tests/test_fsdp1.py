@@ -218,14 +218,20 @@ def test_clip_fix_keeps_norm_type_and_is_offered_only_where_it_is_the_same_call(
     # plain `nn.Module` with no `clip_grad_norm_`; the finding stays, its fix would raise AttributeError.
     ("fsdp_model = FSDP(model)", "model", None),
     ("self.model = FSDP(model)", "model", None),
+    # ChenmienTan/RL2: a helper returns the wrap, and the caller keeps it
+    ("self.model = prepare(model)", "self.model", "self.model.clip_grad_norm_(1.0)"),
+    ("fsdp_model = prepare(model)", "model", None),
 ])
 def test_clip_fix_calls_the_method_on_the_wrapper_only(wrapped, receiver, fixed_to):
     body = f"""
+    def prepare(module):
+        return FSDP(module)
+
     def step(self, model):
         {wrapped}
         torch.nn.utils.clip_grad_norm_({receiver}.parameters(), 1.0)
     """
-    assert codes(body, select=["FSDP402"]) == [(3, "FSDP402")]
+    assert codes(body, select=["FSDP402"]) == [(6, "FSDP402")]
     result = fixed(body, select=["FSDP402"])
     assert (f"    {fixed_to}\n" in result) if fixed_to else result == program(body)
 
