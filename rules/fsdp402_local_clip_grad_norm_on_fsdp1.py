@@ -79,7 +79,7 @@ class LocalClipGradNormOnFsdp1(Rule):
                 module, wrap = wrapped[0]
                 parameters = event.node.args[0].value
                 root = _parameters_of(parameters) if module in wrap.targets else None
-                if root is not None and not _holds_the_wrapper(root, wrap):
+                if root is not None and not (_holds_the_wrapper(root, wrap) or _returned_by(event.args[0], wrap)):
                     root = None  # `fsdp_model = FSDP(model)`, then `model.parameters()`: the inner module has no `clip_grad_norm_`
                 advice = f"`{code(event, root)}.clip_grad_norm_(max_norm)`" if root is not None else \
                     "`clip_grad_norm_(max_norm)` on the root `FullyShardedDataParallel` module"
@@ -129,6 +129,13 @@ def _holds_the_wrapper(receiver, wrap) -> bool:
         return False
     target = statement.body[0].targets[0].target
     return type(target) in (cst.Name, cst.Attribute) and dotted_name(target) is not None and dotted_name(target) == dotted_name(receiver)
+
+
+def _returned_by(parameters, wrap) -> bool:
+    """`parameters` are `x.parameters()` of an `x` that holds what the wrap returned (a parameter its
+    caller passed `dist_model = FSDP(model)` for: minChatGPT's `train_epoch(dist_model, epoch)`)."""
+    taken = parameters.event
+    return taken is not None and taken.value is not None and taken.value.event is not None and taken.value.event.node is wrap.node
 
 
 def _parameters_of(node):

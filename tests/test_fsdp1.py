@@ -210,28 +210,37 @@ def test_clip_fix_keeps_norm_type_and_is_offered_only_where_it_is_the_same_call(
     assert result.count("torch.nn.utils.clip_grad_norm_") == 3  # foreach, a sub-module, rank 0 only
 
 
-@pytest.mark.parametrize("wrapped, receiver, fixed_to", [
-    ("model = FSDP(model)", "model", "model.clip_grad_norm_(1.0)"),
-    ("fsdp_model = FSDP(model)", "fsdp_model", "fsdp_model.clip_grad_norm_(1.0)"),
-    ("self.model = FSDP(model)", "self.model", "self.model.clip_grad_norm_(1.0)"),
+CLIP = "torch.nn.utils.clip_grad_norm_({}.parameters(), 1.0)"
+
+
+@pytest.mark.parametrize("wrapped, clipped, line, fixed_to", [
+    ("model = FSDP(model)", CLIP.format("model"), 9, "model.clip_grad_norm_(1.0)"),
+    ("fsdp_model = FSDP(model)", CLIP.format("fsdp_model"), 9, "fsdp_model.clip_grad_norm_(1.0)"),
+    ("self.model = FSDP(model)", CLIP.format("self.model"), 9, "self.model.clip_grad_norm_(1.0)"),
     # UKEIAM/TrialLlama's shape (a judge's repro): the parameters of the module the wrap was given, a
     # plain `nn.Module` with no `clip_grad_norm_`; the finding stays, its fix would raise AttributeError.
-    ("fsdp_model = FSDP(model)", "model", None),
-    ("self.model = FSDP(model)", "model", None),
+    ("fsdp_model = FSDP(model)", CLIP.format("model"), 9, None),
+    ("self.model = FSDP(model)", CLIP.format("model"), 9, None),
     # ChenmienTan/RL2: a helper returns the wrap, and the caller keeps it
-    ("self.model = prepare(model)", "self.model", "self.model.clip_grad_norm_(1.0)"),
-    ("fsdp_model = prepare(model)", "model", None),
+    ("self.model = prepare(model)", CLIP.format("self.model"), 9, "self.model.clip_grad_norm_(1.0)"),
+    ("fsdp_model = prepare(model)", CLIP.format("model"), 9, None),
+    # ethanyanjiali/minChatGPT: the wrapper passed to a function that clips its parameter's parameters
+    ("dist_model = FSDP(model)", "clip(dist_model)", 5, "m.clip_grad_norm_(1.0)"),
+    ("dist_model = FSDP(model)", "clip(model)", 5, None),
 ])
-def test_clip_fix_calls_the_method_on_the_wrapper_only(wrapped, receiver, fixed_to):
+def test_clip_fix_calls_the_method_on_the_wrapper_only(wrapped, clipped, line, fixed_to):
     body = f"""
     def prepare(module):
         return FSDP(module)
 
+    def clip(m):
+        torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+
     def step(self, model):
         {wrapped}
-        torch.nn.utils.clip_grad_norm_({receiver}.parameters(), 1.0)
+        {clipped}
     """
-    assert codes(body, select=["FSDP402"]) == [(6, "FSDP402")]
+    assert codes(body, select=["FSDP402"]) == [(line, "FSDP402")]
     result = fixed(body, select=["FSDP402"])
     assert (f"    {fixed_to}\n" in result) if fixed_to else result == program(body)
 

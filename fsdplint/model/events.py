@@ -131,7 +131,9 @@ class Event:
     arms: Arms = ()  # the arm of each branching statement around the node, across inlined calls
     call_sites: tuple[cst.Call, ...] = ()  # the call that entered each function of `chain` after the first
     contexts: tuple[Event, ...] = ()  # the `with` items around the node, across inlined calls, outermost first
-    value: Value | None = None  # ASSIGN, SET_ENV: the value assigned (`model.output.weight = model.tok_embeddings.weight`)
+    # ASSIGN, SET_ENV: the value assigned (`model.output.weight = model.tok_embeddings.weight`); METHOD: the
+    # receiver where it is what an FSDP1 wrap returned (`dist_model.parameters()`, not `model.parameters()`).
+    value: Value | None = None
     variable: str | None = None  # SET_ENV: the environment variable set
     only_if_unset: bool = False  # SET_ENV: `os.environ.setdefault(...)`, a default the launcher's own value overrides
     # What holds where it runs, across inlined calls: the tests of the `if`s around it, and of the

@@ -1408,7 +1408,9 @@ class Walker:
             return Value(event=event, params_of=handed)
         if type(func) is cst.Attribute and receiver.ref is not None and qname is None:
             method = func.attr.value
-            event = self.emit(METHOD, node, targets=(receiver.ref,), method=method, **common)
+            # The wrapper itself, not the module it wraps (one ref for both): only the wrapper has FSDP1's methods.
+            wrapper = receiver if receiver.event is not None and receiver.event.kind is WRAP else None
+            event = self.emit(METHOD, node, targets=(receiver.ref,), method=method, value=wrapper, **common)
             applied = self.applied_function(node, args, kwargs) if method == "apply" else None
             if applied is not None:
                 # `model.apply(fn)`: `nn.Module.apply` calls `fn` on each sub-module and the module itself,
