@@ -114,21 +114,29 @@ class LocalClipGradNormOnFsdp1(Rule):
 
 def _holds_the_wrapper(receiver, wrap) -> bool:
     """`receiver` is written as what the wrap's result was assigned to (`model = FSDP(model, ...)`,
-    `self.model = FSDP(...)`, or `self.model = prepare(model)` where `prepare` returns the wrap). The
-    model reads a wrap and the module it wraps as one object, but only the wrapper has
-    `clip_grad_norm_`: after `fsdp_model = FSDP(model)`, `model` is the plain module."""
+    `self.model = FSDP(...)`, or `self.model = prepare(model)` where `prepare` returns the wrap, as
+    `return FSDP(...)` or as the variable it assigned it to). The model reads a wrap and the module it
+    wraps as one object, but only the wrapper has `clip_grad_norm_`: after `fsdp_model = FSDP(model)`,
+    `model` is the plain module."""
     import libcst as cst
 
     from fsdplint.model import dotted_name
-    from fsdplint.model.syntax import is_whole_statement
+    from fsdplint.model.syntax import is_whole_statement, returned_names
 
-    statement, node = wrap.statement, wrap.node
-    if is_whole_statement(statement, node) and type(statement.body[0]) is cst.Return and wrap.call_sites and wrap.outer:
-        statement, node = wrap.outer[-1], wrap.call_sites[-1]  # the helper returns it: the call's own statement
-    if not is_whole_statement(statement, node) or type(statement.body[0]) is not cst.Assign or len(statement.body[0].targets) != 1:
-        return False
-    target = statement.body[0].targets[0].target
-    return type(target) in (cst.Name, cst.Attribute) and dotted_name(target) is not None and dotted_name(target) == dotted_name(receiver)
+    def assigned(statement, node) -> str | None:
+        """The name or attribute `statement` assigns `node` to, as `self.model`; None where it does not."""
+        if not is_whole_statement(statement, node) or type(statement.body[0]) is not cst.Assign or len(statement.body[0].targets) != 1:
+            return None
+        target = statement.body[0].targets[0].target
+        return dotted_name(target) if type(target) in (cst.Name, cst.Attribute) else None
+
+    name = assigned(wrap.statement, wrap.node)
+    if name == dotted_name(receiver):
+        return True
+    returned = is_whole_statement(wrap.statement, wrap.node) and type(wrap.statement.body[0]) is cst.Return or \
+        name is not None and wrap.function is not None and set(returned_names(wrap.function.node.body)) == {name}
+    # the helper returns it (every `return` of it returns that variable): what the call's own statement assigns
+    return returned and bool(wrap.call_sites) and bool(wrap.outer) and assigned(wrap.outer[-1], wrap.call_sites[-1]) == dotted_name(receiver)
 
 
 def _returned_by(parameters, wrap) -> bool:
