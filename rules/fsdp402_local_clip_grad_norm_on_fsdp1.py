@@ -44,10 +44,11 @@ class LocalClipGradNormOnFsdp1(Rule):
     ## Fix safety
     Safe: the method takes the same `max_norm` and `norm_type` and returns the total norm as
     well, computed over all shards. The fix is offered when the parameters are
-    `model.parameters()` of the wrapped root module, `model` written as the wrap's result was assigned
-    (`model = FSDP(model, ...)`, or `model = prepare(model)` of a helper that returns the wrap; after `fsdp_model = FSDP(model)`, `model` is the plain module, which has
-    no such method), and the call runs on every rank (the method is a collective); other arguments (`foreach`, `error_if_nonfinite`) have no counterpart, so such
-    calls get no fix. Where the module is wrapped on some paths only (`if args.fsdp:`), the fix is
+    `model.parameters()` of the wrapped root module, `model` written as the wrap's result was
+    assigned (`model = FSDP(model, ...)`, or `model = prepare(model)` of a helper that returns the
+    wrap; after `fsdp_model = FSDP(model)`, `model` is the plain module, which has no such method),
+    and the call runs on every rank (the method is a collective); other arguments (`foreach`,
+    `error_if_nonfinite`) have no counterpart, so such calls get no fix. Where the module is wrapped on some paths only (`if args.fsdp:`), the fix is
     unsafe: the plain or DDP module of the other paths has no `clip_grad_norm_`.
 
     ## References
@@ -130,13 +131,14 @@ def _holds_the_wrapper(receiver, wrap) -> bool:
         target = statement.body[0].targets[0].target
         return dotted_name(target) if type(target) in (cst.Name, cst.Attribute) else None
 
+    written = dotted_name(receiver)
     name = assigned(wrap.statement, wrap.node)
-    if name == dotted_name(receiver):
-        return True
+    if written is None or name == written:
+        return written is not None
     returned = is_whole_statement(wrap.statement, wrap.node) and type(wrap.statement.body[0]) is cst.Return or \
         name is not None and wrap.function is not None and set(returned_names(wrap.function.node.body)) == {name}
     # the helper returns it (every `return` of it returns that variable): what the call's own statement assigns
-    return returned and bool(wrap.call_sites) and bool(wrap.outer) and assigned(wrap.outer[-1], wrap.call_sites[-1]) == dotted_name(receiver)
+    return returned and bool(wrap.call_sites) and bool(wrap.outer) and assigned(wrap.outer[-1], wrap.call_sites[-1]) == written
 
 
 def _returned_by(parameters, wrap) -> bool:

@@ -221,6 +221,7 @@ CLIP = "torch.nn.utils.clip_grad_norm_({}.parameters(), 1.0)"
     # plain `nn.Module` with no `clip_grad_norm_`; the finding stays, its fix would raise AttributeError.
     ("fsdp_model = FSDP(model)", CLIP.format("model"), 13, None),
     ("self.model = FSDP(model)", CLIP.format("model"), 13, None),
+    ("FSDP(model)", CLIP.format("model"), 13, None),  # the wrapper dropped: `model` is the module inside it
     # ChenmienTan/RL2: a helper returns the wrap, and the caller keeps it
     ("self.model = prepare(model)", CLIP.format("self.model"), 13, "self.model.clip_grad_norm_(1.0)"),
     ("fsdp_model = prepare(model)", CLIP.format("model"), 13, None),
