@@ -406,6 +406,28 @@ def test_grad_scaler_is_right_for_fsdp2_and_for_a_branch_without_fsdp():
             scaler = torch.cuda.amp.GradScaler()
             scaler.step(optimizer)
     """, select=["FSDP403"]) == []
+    # Coldra1n/CS-Master_Thesis (llama-recipes): the config the script imports, passed to `train`,
+    # whose plain scaler is built where the same flag is off; a config passed in another name
+    # (`other_config`) is another object, whose flag says nothing of the wrap's (a judge's false error).
+    passed = """
+    from configs import train_config, other_config
+
+    def train(model, optimizer, config):
+        if config.enable_fsdp:
+            scaler = ShardedGradScaler()
+        else:
+            scaler = torch.cuda.amp.GradScaler()
+        scaler.step(optimizer)
+
+    def main():
+        model = Net()
+        if train_config.enable_fsdp:
+            model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({{Block}}))
+        optimizer = torch.optim.AdamW(model.parameters())
+        train(model, optimizer, {given})
+    """
+    assert codes(passed.format(given="train_config"), select=["FSDP403"]) == []
+    assert codes(passed.format(given="other_config"), select=["FSDP403"]) == [(7, "FSDP403")]
 
 
 @pytest.mark.parametrize("wrap, caller, expected", [

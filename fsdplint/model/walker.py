@@ -1483,6 +1483,15 @@ class Walker:
                      constant="None" if qname in distributed.RETURNS_NONE else None, text=text,
                      rank_derived=rank_derived_of_call(qname, func, node, args), world_size=world_size_of_call(qname, func, node, args))
 
+    def names_alike(self, other: FileModel, name: str) -> bool:
+        """The name this file imports means the same in `other` or nothing there: the same import, or
+        no import, top-level binding, function or class of that name (a test of `name.x` in `other`'s
+        code is then of this object, not of one of its own)."""
+        theirs = other.imports.get(name)
+        if theirs is not None:
+            return theirs == self.file.imports.get(name)
+        return name not in other.classes and name not in other.functions and name not in self.flow.program.bound_counts(other, None)
+
     def applied_function(self, node: cst.Call, args: tuple[Value, ...], kwargs: Mapping[str, Value]) -> FunctionInfo | None:
         """The function of the run `module.apply(fn)` is given, where `fn` is one (a value that calls one
         function, or a name of one), not a method: its object would not be known."""
@@ -1721,9 +1730,10 @@ class Walker:
             if type(default) is cst.Attribute and (dtype := distributed.TORCH_DTYPES.get(callee.file.qualify(default))):
                 env[name] = Value(dtypes=frozenset({dtype}))  # `def wrap(model, dtype=torch.float16)`
             if name in env and env[name].ref is None and (passed := imported_given.get(name)) is not None \
-                    and self.flow.program.class_of(self.file, passed, through_packages=True) is not None:
-                # C-W-D/CasCoD's `train_config` class, imported, tested and passed on by `main`: the
-                # callee's `cfg.enable_fsdp` is the caller's `train_config.enable_fsdp`.
+                    and self.names_alike(callee.file, passed.value):
+                # C-W-D/CasCoD's `train_config` (a class, or an object: Coldra1n/CS-Master_Thesis's
+                # config from a module the run cannot open), imported, tested and passed on by `main`:
+                # the callee's `cfg.enable_fsdp` is the caller's `train_config.enable_fsdp`.
                 env[name] = replace(env[name], ref=Ref(passed.value), event=None, element=None, literal=None)
             elif name not in env or env[name].ref is None:
                 given = env.get(name, Value())
