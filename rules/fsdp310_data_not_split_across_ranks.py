@@ -32,8 +32,9 @@ class DataNotSplitAcrossRanks(Rule):
     is only evaluated (a loop with no `backward()`, where every rank evaluating everything is
     redundant, not wrong), the training runs in a test module (`test_*.py`), where parity tests
     feed every rank the same batches on purpose, or the script starts a process group of one
-    process (`init_process_group(..., world_size=1)`), where no other rank trains. It is a warning: a dataset may be split by means
-    it cannot see.
+    process (`init_process_group(..., world_size=1)`), where no other rank trains, or the model is
+    sharded or wrapped only where the loader is not built (`if ddp_on: model = DDP(model)` beside
+    an `else:` that builds it). It is a warning: a dataset may be split by means it cannot see.
 
     ## Example
     ```python
@@ -97,7 +98,7 @@ class DataNotSplitAcrossRanks(Rule):
         training = next((loop for loop in loops if any(is_backward(event) for event in loop.body(flow))), None)
         if training is None:
             return None
-        model = _distributed_model(flow, training)
+        model = _distributed_model(flow, training, loader)
         if model is None or any(starts_one_process(flow, event) for event in flow.of_kind(CALL)):
             return None  # not distributed, or in a group of one process: no other rank trains on the same batches
         roots = {ref.root for ref in (made.binding, loader.binding, given[1].ref) if ref is not None}
@@ -191,13 +192,16 @@ def _methods(node) -> list:
     return [statement for statement in statements_of(node.body) if type(statement) is cst.FunctionDef]
 
 
-def _distributed_model(flow, loop):
+def _distributed_model(flow, loop, loader):
     """The event that shards or wraps a model for data parallelism in this flow, before or in the
-    training loop, with what it does."""
+    training loop, where the loader is built too (ArgonneAI's `if DDP_ON:` wrap, whose `else:` builds
+    the loader with no sampler, is not), with what it does."""
     from fsdplint import distributed
     from fsdplint.model import CALL, SHARD, WRAP
 
     for event in flow.events[:loop.end]:
+        if event.excludes(loader):
+            continue
         if event.kind == SHARD:
             return event, "sharded with `fully_shard`"
         if event.kind == WRAP:
