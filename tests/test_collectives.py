@@ -30,6 +30,42 @@ def lines(source: str, select: str = "FSDP203") -> list[int]:
     return [line for line, _ in findings(source, select)]
 
 
+@pytest.mark.parametrize("called, expected", [
+    ("stopper(loss, model)", [10]),
+    # Near misses: a class of the run without `__call__` (what the call runs is not known), and a
+    # method of the object that saves nothing.
+    ("other(loss, model)", []),
+    ("stopper.reset()", []),
+])
+def test_calling_an_object_of_a_class_of_the_run_runs_its_call_method(called, expected):
+    """akashrayganguly/stable_Zhou_fsdp_actgrad_flsh_attn: `early_stopping(val_loss, model, path)` runs
+    `EarlyStopping.__call__`, whose `save_checkpoint` takes the FSDP1 model's full state dict on rank 0
+    only (a judge's miss: the call was not followed, and the method's own flow does not know the model
+    is wrapped)."""
+    assert lines(f"""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType
+
+    class EarlyStopping:
+        def __init__(self, rank):
+            self.rank = rank
+        def __call__(self, loss, model):
+            if self.rank == 0:
+                with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT):
+                    torch.save(model.state_dict(), "best.pt")
+        def reset(self):
+            self.rank = self.rank
+
+    class Other:
+        pass
+
+    def train(net, loss):
+        model = FSDP(net)
+        stopper = EarlyStopping(dist.get_rank())
+        other = Other()
+        {called}
+    """) == expected
+
+
 def test_two_calls_below_the_guard_names_the_chain():
     found = findings("""
     def gather(model):

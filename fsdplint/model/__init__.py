@@ -62,7 +62,9 @@ another element the model does not know is no one object (`Flow.per_pass`). A fu
 `@torch.no_grad()` runs its body inside that context, as a `with` would (`Walker.walk_function`).
 
 Objects: a method is resolved by the class that built its receiver (`Flow.origins`), a classmethod
-factory's included (`Program.class_built_by_call`), seen through the calls that give back the module
+factory's included (`Program.class_built_by_call`), and calling an object of a class of the run that
+defines `__call__` runs that method; `module.apply(fn)` runs `fn` on each of the module's modules;
+a parameter given a name the caller imports holds what that name holds (`Walker.names_alike`); seen through the calls that give back the module
 they are given (`model.cuda()`, `convert_sync_batchnorm(model)`: `Flow.constructions`); a static or
 class method called on a class of the file is walked there. What an object's attributes hold from its
 construction says whether they may hold parameters (`Flow.attribute_holdings`: a literal never does).

@@ -1621,7 +1621,14 @@ class Walker:
             common = dict(statement=statement, parents=parents, args=args, kwargs=kwargs)
             if function.ref is None:
                 return Value(event=self.emit(CALL, node, **common))
-            return Value(event=self.emit(CALL_VALUE, node, targets=(function.ref,), **common))
+            event = self.emit(CALL_VALUE, node, targets=(function.ref,), **common)
+            called = self.method_of_object(function, event.index, "__call__") if not function.ref.path else None
+            if called is not None:
+                # An object of a class of the run that defines `__call__` (akashrayganguly/stable_Zhou's
+                # `early_stopping(val_loss, model, path)`, which saves the model): that method runs.
+                self.flow.consulted.append(function.ref.root)
+                return self.inline(called, node, args, kwargs, function, statement, parents)
+            return Value(event=event)
         if self.forwarded is not None and node.args and all(arg.star for arg in node.args):
             args, kwargs = self.forwarded  # `fn(*args, **kwargs)` in a decorator's wrapper: the decorated call's arguments
         return self.call_one_of(function.callees, node, args, kwargs, statement, parents)
@@ -1703,6 +1710,8 @@ class Walker:
                 receiver, attributes = self.forwarded_receiver  # `func(*args, **kwargs)` in the decorator's wrapper
             elif type(node.func) is cst.Attribute:
                 attributes = self.receiver_attributes(receiver, self_name, type(node.func.value) is cst.Call)
+            elif callee.name == "__call__" and receiver.ref is not None:
+                attributes = self.receiver_attributes(receiver, self_name)  # `obj(...)`: `obj.__call__(...)`
             if attributes is not None:
                 env[self_name] = receiver if receiver.ref else Value(ref=Ref(prefix + self_name))
                 env.update(attributes)
