@@ -2896,23 +2896,22 @@ def test_an_element_of_a_container_returned_beside_a_none_of_rank_zero_is_no_obj
 
 
 # C-W-D/CasCoD: the caller's `train_config` class, re-exported by its package, is tested in the callee
-# under the caller's name; so is an object the caller imports (Coldra1n/CS-Master_Thesis: a config from
-# a module the run cannot open), whichever module gives it: the parameter holds what the caller's name
-# holds. Near miss: an object the caller made, which its tests do not name.
+# under the caller's name. Near misses: an object the caller made, and an imported object that is no
+# class of the run: the callee's own parameter.
 @pytest.mark.parametrize("passed", ["train_config", "Config()", "DEFAULTS"])
-@pytest.mark.parametrize("package, imported, twin", [
-    ("pkg/configs", "pkg.configs", None),
-    ("src/configs", "src.configs", None),  # C-W-D/CasCoD's `src` has no `__init__.py`
+@pytest.mark.parametrize("package, imported, twin, found", [
+    ("pkg/configs", "pkg.configs", None, True),
+    ("src/configs", "src.configs", None, True),  # C-W-D/CasCoD's `src` has no `__init__.py`
     # UNITES-Lab/MoE-RBench: a package of one name beside the script (`from configs import train_config`),
     # and another project of the repository with its own.
-    ("configs", "configs", None),
-    ("configs", "configs", "safety/configs"),
-    # a package that only ends in the name imported (the module imported is another, not in the run),
-    # two projects' packages of that name, neither on the script's path
-    ("other/configs", "configs", None),
-    ("robustness/configs", "configs", "safety/configs"),
+    ("configs", "configs", None, True),
+    ("configs", "configs", "safety/configs", True),
+    # Near misses: a package that only ends in the name imported is another one; two projects'
+    # packages of that name, neither on the script's path.
+    ("other/configs", "configs", None, False),
+    ("robustness/configs", "configs", "safety/configs", False),
 ])
-def test_a_parameter_given_an_imported_name_is_what_the_name_holds(tmp_path, passed, package, imported, twin):
+def test_a_parameter_given_a_class_is_that_class(tmp_path, passed, package, imported, twin, found):
     texts = {
         f"{package}/__init__.py": "from .training import DEFAULTS, Config, train_config\n",
         f"{package}/training.py": "class train_config:\n    enable_fsdp = False\n\nclass Config:\n    enable_fsdp = False\n\n"
@@ -2927,13 +2926,14 @@ def test_a_parameter_given_an_imported_name_is_what_the_name_holds(tmp_path, pas
     main = flow_of(program_on_disk(tmp_path, texts), "main")
     [save] = [event for event in main.of_kind(model.CALL) if event.qname == "torch.save"]
     [(text, truth)] = save.conditions()
-    expected = ":cfg.enable_fsdp" if passed == "Config()" else f"{passed}.enable_fsdp"
+    expected = "train_config.enable_fsdp" if passed == "train_config" and found else ":cfg.enable_fsdp"
     assert text.endswith(expected) and (":" in text) == (":" in expected) and truth
 
 
-# Near miss of the above: the callee's file names another object `train_config` (its own import, or a
-# global of its own): its tests of `train_config.x` are of that object, so the parameter keeps its own
-# name; the same import in both files is one object.
+# Coldra1n/CS-Master_Thesis: an object the caller imports from a module no file of the run is (a
+# config the run cannot open) is one object too, tested in the callee under the caller's name. Near
+# misses: the callee's file names another object `train_config` (its own import, or a global of its
+# own), whose tests of `train_config.x` are of that object.
 @pytest.mark.parametrize("callee_binds, linked", [
     ("from other_configs import train_config\n", False),
     ("train_config = None\n", False),

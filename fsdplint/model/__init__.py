@@ -64,7 +64,8 @@ another element the model does not know is no one object (`Flow.per_pass`). A fu
 Objects: a method is resolved by the class that built its receiver (`Flow.origins`), a classmethod
 factory's included (`Program.class_built_by_call`), and calling an object of a class of the run that
 defines `__call__` runs that method; `module.apply(fn)` runs `fn` on each of the module's modules;
-a parameter given a name the caller imports holds what that name holds (`Walker.names_alike`); seen through the calls that give back the module
+a parameter given a name the caller imports holds what that name holds, for a class of the run or an
+object from a module outside it (`Walker.one_object`, `Walker.names_alike`); seen through the calls that give back the module
 they are given (`model.cuda()`, `convert_sync_batchnorm(model)`: `Flow.constructions`); a static or
 class method called on a class of the file is walked there. What an object's attributes hold from its
 construction says whether they may hold parameters (`Flow.attribute_holdings`: a literal never does).

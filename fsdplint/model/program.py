@@ -53,6 +53,7 @@ class Program:
         self._bound_counts: dict[int, tuple[cst.CSTNode, Counter[str]]] = {}
         self._module_globals: dict[int, tuple[FileModel, dict[str, cst.BaseExpression]]] = {}
         self._resolved: dict[tuple[int, int, int], tuple[cst.CSTNode, FunctionInfo | None]] = {}
+        self._modules_defined: dict[str, bool] = {}  # may_define_module, by module
         self._walked_by_callers: set[int] = set()  # functions (node ids) whose bodies some function's flow followed
         # Modules a class shards on `self` in any of its methods, and the modules its `__init__` keeps
         # sharded in attributes of `self`, for its other methods: known once every flow is built (a walk
@@ -302,6 +303,16 @@ class Program:
                 counts.update(counts.keys())  # `exec(open("configurator.py").read())`: any global may be set again
             self._bound_counts[id(owner)] = (owner, counts)  # the node kept: its id stays its own
         return self._bound_counts[id(owner)][1]
+
+    def may_define_module(self, module: str) -> bool:
+        """A file of the run may be the module an import names (`_may_define`): a relative import's
+        always is."""
+        if module.startswith(".") or not module:
+            return True
+        if module not in self._modules_defined:
+            names = [file.module_name for file in self.files] + [unparsed.module_name for unparsed in self._unparsed.values()]
+            self._modules_defined[module] = any(_may_define(name, module) for name in names)
+        return self._modules_defined[module]
 
     def module_global(self, file: FileModel, name: str) -> cst.BaseExpression | None:
         """The expression the module binds `name` to, where it binds it once, in an assignment of its

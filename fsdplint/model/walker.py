@@ -1483,6 +1483,14 @@ class Walker:
                      constant="None" if qname in distributed.RETURNS_NONE else None, text=text,
                      rank_derived=rank_derived_of_call(qname, func, node, args), world_size=world_size_of_call(qname, func, node, args))
 
+    def one_object(self, passed: cst.Name) -> bool:
+        """An imported name whose object the model names as the caller does: a class of the run, or an
+        object from a module no file of the run is (a module of the run's constants, given to every
+        version check, would be named in each callee's walk by a name no copy of it can map)."""
+        if self.flow.program.class_of(self.file, passed, through_packages=True) is not None:
+            return True
+        return not self.flow.program.may_define_module(self.file.imports[passed.value].rpartition(".")[0])
+
     def names_alike(self, other: FileModel, name: str) -> bool:
         """The name this file imports means the same in `other` or nothing there: the same import, or
         no import, top-level binding, function or class of that name (a test of `name.x` in `other`'s
@@ -1739,7 +1747,7 @@ class Walker:
             if type(default) is cst.Attribute and (dtype := distributed.TORCH_DTYPES.get(callee.file.qualify(default))):
                 env[name] = Value(dtypes=frozenset({dtype}))  # `def wrap(model, dtype=torch.float16)`
             if name in env and env[name].ref is None and (passed := imported_given.get(name)) is not None \
-                    and self.names_alike(callee.file, passed.value):
+                    and self.names_alike(callee.file, passed.value) and self.one_object(passed):
                 # C-W-D/CasCoD's `train_config` (a class, or an object: Coldra1n/CS-Master_Thesis's
                 # config from a module the run cannot open), imported, tested and passed on by `main`:
                 # the callee's `cfg.enable_fsdp` is the caller's `train_config.enable_fsdp`.
