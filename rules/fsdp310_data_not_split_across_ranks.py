@@ -200,14 +200,16 @@ def _distributed_model(flow, loop, loader):
     from fsdplint.model import CALL, SHARD, WRAP
 
     for event in flow.events[:loop.end]:
-        if event.excludes(loader):
-            continue
         if event.kind == SHARD:
-            return event, "sharded with `fully_shard`"
-        if event.kind == WRAP:
-            return event, "wrapped in `FullyShardedDataParallel`"
-        if event.kind == CALL and event.qname in distributed.DATA_PARALLEL_WRAPPERS:
-            return event, "wrapped in `DistributedDataParallel`"
+            what = "sharded with `fully_shard`"
+        elif event.kind == WRAP:
+            what = "wrapped in `FullyShardedDataParallel`"
+        elif event.kind == CALL and event.qname in distributed.DATA_PARALLEL_WRAPPERS:
+            what = "wrapped in `DistributedDataParallel`"
+        else:
+            continue
+        if not event.excludes(loader):  # asked of the wraps only, not of every event before the loop
+            return event, what
     return None
 
 
